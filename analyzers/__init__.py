@@ -1,0 +1,1 @@
+"""Named analyses over a stored run, and the report / compare renderers."""

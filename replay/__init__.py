@@ -1,0 +1,1 @@
+"""Replay: the dependency graph, the vectorized scheduler, hardware cost models, attribution."""

@@ -1,0 +1,96 @@
+"""The contract between hardware models and the scheduler.
+
+A cost model prices every event of the canonical table at once (numpy arrays, no per-event
+Python). The scheduler only sees `EventCosts`: a duration per event split into components, and an
+optional resource pool each event must hold while it runs (message engines, NIC channels); the
+time an event waits for its pool is recorded as queueing, not as part of its duration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+#: The per-event cost components; they sum to `EventCosts.dur_us`.
+COMPONENTS: tuple[str, ...] = ("compute", "fetch", "collective", "retry", "host")
+
+
+@dataclass
+class EventCosts:
+    """Per-event durations (us) and their split. Arrays are indexed by event_id."""
+
+    compute_us: np.ndarray
+    fetch_us: np.ndarray
+    collective_us: np.ndarray
+    retry_us: np.ndarray
+    host_us: np.ndarray
+    #: pool index each event occupies while running, -1 for none
+    resource: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    #: units per pool (e.g. 16 message engines); indexed by pool id
+    resource_capacity: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    #: what-if knobs and assumptions the model used, for the run's metadata and report
+    notes: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def dur_us(self) -> np.ndarray:
+        return self.compute_us + self.fetch_us + self.collective_us + self.retry_us + self.host_us
+
+    def __post_init__(self) -> None:
+        n = len(self.compute_us)
+        if len(self.resource) == 0:
+            self.resource = np.full(n, -1, dtype=np.int32)
+        for name in COMPONENTS:
+            arr = getattr(self, f"{name}_us")
+            assert len(arr) == n, f"{name}_us has {len(arr)} values for {n} events"
+            assert (arr >= 0).all(), f"{name}_us has negative values"
+
+
+class CostModel(Protocol):
+    """What the scheduler needs from a target machine."""
+
+    name: str
+
+    def cost(self, events: pa.Table) -> EventCosts:
+        """Price every event of the canonical table."""
+        ...
+
+    def overlap_slowdown(self) -> float:
+        """Fractional slowdown of compute that overlaps communication on the same rank
+        (0.0 when communication is offloaded and does not interfere)."""
+        ...
+
+
+def split_by_kind(events: pa.Table, dur_us: np.ndarray) -> EventCosts:
+    """Assign each event's whole duration to the component its kind implies."""
+    kind = events.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    n = len(kind)
+    zeros = lambda: np.zeros(n, dtype=np.float64)  # noqa: E731
+    c = EventCosts(zeros(), zeros(), zeros(), zeros(), zeros())
+    comm = np.isin(kind, ["collective", "p2p"])
+    fetch = np.isin(kind, ["memcpy", "memset", "embedding"])
+    host = ~is_dev & ~comm & ~fetch
+    comp = ~(comm | fetch | host)
+    c.collective_us[comm] = dur_us[comm]
+    c.fetch_us[fetch] = dur_us[fetch]
+    c.host_us[host] = dur_us[host]
+    c.compute_us[comp] = dur_us[comp]
+    return c
+
+
+class AsMeasured:
+    """Every event keeps its measured duration: the fidelity check of graph and scheduler."""
+
+    name = "as-measured"
+
+    def cost(self, events: pa.Table) -> EventCosts:
+        dur = events.column("dur_us").to_numpy().astype(np.float64, copy=True)
+        costs = split_by_kind(events, dur)
+        costs.notes["costing"] = "as-measured"
+        return costs
+
+    def overlap_slowdown(self) -> float:
+        return 0.0
