@@ -1,0 +1,296 @@
+"""Hardware spec files: TOML tables in which every number carries its source and a confidence.
+
+A spec file looks like::
+
+    name = "h100"
+    family = "gpu"
+    description = "..."
+
+    [hbm]
+    bandwidth_GBps = { value = 3350, source = "NVIDIA H100 SXM datasheet", confidence = "published" }
+
+Keys are addressed as ``section.field`` (``hbm.bandwidth_GBps``). ``confidence`` is one of
+``published`` / ``derived`` (the source shows the arithmetic) / ``assumed`` (a modelling choice,
+worth sweeping). An entry may list ``choices`` for string values. ``--set key=value`` overrides
+replace a value after type checking; the overridden entry's confidence becomes ``override``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from mtia_trace.errors import HardwareSpecError
+
+CONFIDENCES = ("published", "derived", "assumed")
+Value = float | int | str | bool
+
+#: Keys every spec must define (other engineers' code and the cost model rely on them).
+REQUIRED_KEYS: tuple[str, ...] = (
+    "compute.peak_tflops_fp8",
+    "compute.peak_tflops_bf16",
+    "compute.peak_tflops_fp32",
+    "compute.efficiency_gemm",
+    "compute.efficiency_other",
+    "hbm.bandwidth_GBps",
+    "hbm.capacity_GB",
+    "hbm.efficiency",
+    "hbm.gather_efficiency",
+    "cache.capacity_MB",
+    "cache.bandwidth_GBps",
+    "cache.zipf_alpha",
+    "cache.working_set_GB",
+    "host.kernel_launch_us",
+    "host.link_GBps",
+    "network.ranks_per_node",
+    "network.intra_node_GBps",
+    "network.inter_node_GBps",
+    "network.latency_us",
+    "network.inter_latency_us",
+    "network.intra_node_via_nic",
+    "comm.path",
+    "comm.base_latency_us",
+    "comm.doorbell_us",
+    "comm.proxy_overhead_us",
+    "comm.intra_efficiency",
+    "comm.inter_efficiency",
+    "comm.reduction_GBps",
+    "comm.algorithm",
+    "loss.recovery",
+    "loss.mtu_bytes",
+    "loss.rtt_us",
+)
+
+#: Extra keys required by the communication path.
+PATH_KEYS: dict[str, tuple[str, ...]] = {
+    "offloaded": ("comm.message_engines", "comm.engines_per_collective", "comm.overlap_slowdown"),
+    "on_compute": ("comm.sm_count", "comm.comm_ctas", "comm.mem_contention",
+                   "comm.gemm_waves_max", "comm.concurrent_collectives"),
+}
+
+#: Allowed string values, checked at load and on --set.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "comm.path": ("offloaded", "on_compute"),
+    "comm.algorithm": ("auto", "ring", "tree", "hierarchical"),
+    "loss.recovery": ("go_back_n", "selective_repeat"),
+}
+
+#: Keys that must lie in (0, 1].
+FRACTIONS = ("compute.efficiency_gemm", "compute.efficiency_other", "hbm.efficiency",
+             "hbm.gather_efficiency", "comm.intra_efficiency", "comm.inter_efficiency")
+
+
+@dataclass
+class Entry:
+    value: Value
+    source: str
+    confidence: str
+    choices: tuple[str, ...] = ()
+
+
+@dataclass
+class HardwareSpec:
+    """A loaded hardware spec: ``value(key)``, ``source(key)``, ``confidence(key)``."""
+
+    name: str
+    family: str
+    description: str
+    origin: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()
+
+    def _entry(self, key: str) -> Entry:
+        try:
+            return self.entries[key]
+        except KeyError:
+            raise HardwareSpecError(
+                f"{self.origin}: no key {key!r}; known keys: {', '.join(sorted(self.entries))}"
+            ) from None
+
+    def value(self, key: str) -> Value:
+        return self._entry(key).value
+
+    def get(self, key: str, default: Value | None = None) -> Value | None:
+        e = self.entries.get(key)
+        return default if e is None else e.value
+
+    def source(self, key: str) -> str:
+        return self._entry(key).source
+
+    def confidence(self, key: str) -> str:
+        return self._entry(key).confidence
+
+    def keys(self) -> list[str]:
+        return list(self.entries)
+
+    def assumed(self) -> list[str]:
+        """Keys whose value is a modelling choice (assumed) or a --set override."""
+        return [k for k, e in self.entries.items() if e.confidence in ("assumed", "override")]
+
+    def to_dict(self) -> dict[str, object]:
+        """The full spec with sources, for run.json."""
+        return {
+            "name": self.name, "family": self.family, "description": self.description,
+            "origin": self.origin, "overrides": list(self.overrides),
+            "values": {k: {"value": _jsonable(e.value), "source": e.source,
+                           "confidence": e.confidence} for k, e in self.entries.items()},
+        }
+
+    def with_overrides(self, overrides: list[str] | tuple[str, ...]) -> HardwareSpec:
+        """A copy with ``key=value`` overrides applied (type-checked)."""
+        out = copy.deepcopy(self)
+        for item in overrides:
+            key, text = _split_override(item)
+            entry = out.entries.get(key)
+            if entry is None:
+                raise HardwareSpecError(
+                    f"--set {item}: {self.name} has no key {key!r}; run `mtia-trace hw show "
+                    f"{self.name}` to list keys")
+            new = _parse_like(entry, key, text, item)
+            out.entries[key] = Entry(new, f"--set {key}={text} (was {entry.value})", "override",
+                                     entry.choices)
+        out.overrides = tuple(self.overrides) + tuple(overrides)
+        _check_values(out)
+        return out
+
+
+def _jsonable(v: Value) -> object:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def _split_override(item: str) -> tuple[str, str]:
+    key, sep, text = item.partition("=")
+    key, text = key.strip(), text.strip()
+    if not sep or not key or not text:
+        raise HardwareSpecError(f"--set {item!r}: expected key=value, e.g. comm.message_engines=8")
+    return key, text
+
+
+def _parse_like(entry: Entry, key: str, text: str, item: str) -> Value:
+    """Parse ``text`` with the type of the entry's current value."""
+    old = entry.value
+    try:
+        if isinstance(old, bool):
+            low = text.lower()
+            if low not in ("true", "false", "1", "0"):
+                raise ValueError
+            return low in ("true", "1")
+        if isinstance(old, int):
+            f = float(text)
+            if not f.is_integer():
+                raise ValueError
+            return int(f)
+        if isinstance(old, float):
+            return float(text)
+    except ValueError:
+        raise HardwareSpecError(
+            f"--set {item}: {key} takes {'an integer' if isinstance(old, int) and not isinstance(old, bool) else type(old).__name__}, "
+            f"got {text!r}; e.g. {key}={old}") from None
+    choices = entry.choices or CHOICES.get(key, ())
+    if choices and text not in choices:
+        raise HardwareSpecError(f"--set {item}: {key} must be one of {', '.join(choices)}")
+    return text
+
+
+def _check_keys(spec: HardwareSpec) -> None:
+    path = spec.entries["comm.path"].value if "comm.path" in spec.entries else "offloaded"
+    needed = REQUIRED_KEYS + PATH_KEYS.get(str(path), ())
+    missing = [k for k in needed if k not in spec.entries]
+    if "loss.rto_us" not in spec.entries and "loss.ib_timeout" not in spec.entries:
+        missing.append("loss.rto_us (or loss.ib_timeout)")
+    if missing:
+        raise HardwareSpecError(f"{spec.origin}: missing keys {', '.join(missing)}; copy them "
+                                f"from a bundled spec (mtia-trace hw show h100 / mtia300)")
+
+
+def _check_values(spec: HardwareSpec) -> None:
+    _check_keys(spec)
+    for key, e in spec.entries.items():
+        v = e.value
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if math.isnan(v) or v < 0:
+                raise HardwareSpecError(f"{spec.origin}: {key} = {v} is negative or NaN; "
+                                        f"give a value >= 0")
+        choices = e.choices or CHOICES.get(key, ())
+        if choices and v not in choices:
+            raise HardwareSpecError(f"{spec.origin}: {key} = {v!r}; must be one of "
+                                    f"{', '.join(choices)}")
+    for key in FRACTIONS:
+        v = spec.entries[key].value if key in spec.entries else None
+        if v is not None and not (0 < float(v) <= 1):  # type: ignore[arg-type]
+            raise HardwareSpecError(f"{spec.origin}: {key} = {v} must be in (0, 1]")
+    for key in ("hbm.bandwidth_GBps", "network.intra_node_GBps", "network.inter_node_GBps",
+                "compute.peak_tflops_bf16", "network.ranks_per_node", "loss.mtu_bytes"):
+        if key in spec.entries and float(spec.entries[key].value) <= 0:  # type: ignore[arg-type]
+            raise HardwareSpecError(f"{spec.origin}: {key} must be > 0")
+
+
+def _parse(doc: dict[str, object], origin: str) -> HardwareSpec:
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise HardwareSpecError(f"{origin}: missing top-level name = \"...\"; add one")
+    family = str(doc.get("family", "gpu"))
+    if family not in ("mtia", "gpu"):
+        raise HardwareSpecError(f"{origin}: family = {family!r}; must be mtia or gpu")
+    spec = HardwareSpec(name=name, family=family, description=str(doc.get("description", "")),
+                        origin=origin)
+    for section, body in doc.items():
+        if section in ("name", "family", "description"):
+            continue
+        if not isinstance(body, dict):
+            raise HardwareSpecError(f"{origin}: top-level key {section!r} is not a [section]; "
+                                    f"put numbers inside sections like [hbm]")
+        for fname, raw in body.items():
+            key = f"{section}.{fname}"
+            if not isinstance(raw, dict) or "value" not in raw:
+                raise HardwareSpecError(
+                    f"{origin}: {key} must be {{ value = ..., source = \"...\", "
+                    f"confidence = \"published|derived|assumed\" }}")
+            src, conf = raw.get("source"), raw.get("confidence")
+            if not isinstance(src, str) or not src.strip():
+                raise HardwareSpecError(f"{origin}: {key} has no source; say where the number "
+                                        f"comes from")
+            if conf not in CONFIDENCES:
+                raise HardwareSpecError(f"{origin}: {key} confidence = {conf!r}; must be one of "
+                                        f"{', '.join(CONFIDENCES)}")
+            value = raw["value"]
+            if not isinstance(value, (int, float, str, bool)):
+                raise HardwareSpecError(f"{origin}: {key} value must be a number, string or bool")
+            choices = tuple(raw.get("choices", ()))  # type: ignore[arg-type]
+            spec.entries[key] = Entry(value, src, str(conf), choices)
+    _check_values(spec)
+    return spec
+
+
+def _bundled_dir() -> Path:
+    return Path(str(resources.files("replay.hardware") / "specs"))
+
+
+def list_specs() -> list[str]:
+    """Names of the bundled specs."""
+    return sorted(p.stem for p in _bundled_dir().glob("*.toml"))
+
+
+def load_spec(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> HardwareSpec:
+    """Load a bundled spec by name or a spec file by path, then apply ``--set`` overrides."""
+    text = str(name_or_path)
+    path = _bundled_dir() / f"{text}.toml"
+    if not path.is_file():
+        path = Path(text)
+        if not path.is_file():
+            raise HardwareSpecError(f"{text}: no such hardware spec; use one of "
+                                    f"{', '.join(list_specs())} or a path to a .toml file")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise HardwareSpecError(f"{path}: not valid TOML ({exc}); fix the file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HardwareSpecError(f"{path}: cannot read ({exc})") from None
+    spec = _parse(doc, str(path) if path.parent != _bundled_dir() else f"{path.stem} (bundled)")
+    return spec.with_overrides(list(overrides)) if overrides else spec

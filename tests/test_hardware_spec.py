@@ -1,0 +1,94 @@
+"""Spec files: every bundled spec loads, every number has a source, overrides are type-checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mtia_trace.errors import HardwareSpecError
+from replay.hardware import list_specs, load_spec
+from replay.hardware.spec import CONFIDENCES, REQUIRED_KEYS
+
+SYNTH_KEYS = ("compute.peak_tflops_bf16", "compute.peak_tflops_fp32", "compute.efficiency_gemm",
+              "hbm.bandwidth_GBps", "hbm.efficiency", "hbm.gather_efficiency",
+              "host.kernel_launch_us", "network.ranks_per_node", "network.intra_node_GBps",
+              "network.inter_node_GBps", "network.latency_us")
+
+
+def test_bundled_specs_listed() -> None:
+    assert set(list_specs()) >= {"mtia300", "h100", "h200", "mtia200"}
+
+
+@pytest.mark.parametrize("name", list_specs())
+def test_every_number_has_source_and_confidence(name: str) -> None:
+    spec = load_spec(name)
+    assert spec.name == name
+    for key in (*REQUIRED_KEYS, *SYNTH_KEYS):
+        assert spec.source(key).strip()
+        assert spec.confidence(key) in CONFIDENCES
+    json.dumps(spec.to_dict())  # stored in run.json
+    assert set(spec.assumed()) == {k for k in spec.keys() if spec.confidence(k) == "assumed"}
+
+
+def test_published_headline_numbers() -> None:
+    m, h = load_spec("mtia300"), load_spec("h100")
+    assert m.value("hbm.bandwidth_GBps") == 6100 and m.confidence("hbm.bandwidth_GBps") == "published"
+    assert m.value("comm.message_engines") == 16
+    assert h.value("compute.peak_tflops_bf16") == pytest.approx(989.4)  # dense, not sparse
+    assert load_spec("h200").value("hbm.bandwidth_GBps") == 4800
+
+
+def test_override_typed_and_marked() -> None:
+    s = load_spec("mtia300", ["comm.message_engines=8", "hbm.bandwidth_GBps=7000"])
+    assert s.value("comm.message_engines") == 8 and isinstance(s.value("comm.message_engines"), int)
+    assert s.value("hbm.bandwidth_GBps") == 7000.0
+    assert s.confidence("comm.message_engines") == "override"
+    assert "comm.message_engines" in s.assumed()
+    assert load_spec("mtia300").value("comm.message_engines") == 16  # bundled copy untouched
+
+
+@pytest.mark.parametrize("item, words", [
+    ("comm.message_engines=eight", "integer"),
+    ("comm.message_engines=8.5", "integer"),
+    ("comm.path=nvlink", "one of"),
+    ("no.such_key=1", "no key"),
+    ("justtext", "key=value"),
+    ("hbm.efficiency=1.5", "(0, 1]"),
+    ("hbm.bandwidth_GBps=-1", "negative"),
+])
+def test_bad_override_is_one_line_error(item: str, words: str) -> None:
+    with pytest.raises(HardwareSpecError) as exc:
+        load_spec("mtia300", [item])
+    msg = str(exc.value)
+    assert words in msg and "\n" not in msg
+
+
+def test_spec_file_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "x.toml"
+    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = 5\n")
+    with pytest.raises(HardwareSpecError, match="bandwidth_GBps must be"):
+        load_spec(bad)
+    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, confidence = 'published' }\n")
+    with pytest.raises(HardwareSpecError, match="no source"):
+        load_spec(bad)
+    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'guess' }\n")
+    with pytest.raises(HardwareSpecError, match="confidence"):
+        load_spec(bad)
+    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'assumed' }\n")
+    with pytest.raises(HardwareSpecError, match="missing keys"):
+        load_spec(bad)
+    bad.write_text("name = [\n")
+    with pytest.raises(HardwareSpecError, match="not valid TOML"):
+        load_spec(bad)
+    with pytest.raises(HardwareSpecError, match="no such hardware spec"):
+        load_spec("tpu9")
+
+
+def test_user_spec_file_by_path(tmp_path: Path) -> None:
+    from importlib import resources
+    src = Path(str(resources.files("replay.hardware") / "specs" / "h100.toml")).read_text()
+    p = tmp_path / "mygpu.toml"
+    p.write_text(src.replace('name = "h100"', 'name = "mygpu"'))
+    assert load_spec(p).name == "mygpu"
