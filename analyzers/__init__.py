@@ -1,1 +1,57 @@
-"""Named analyses over a stored run, and the report / compare renderers."""
+"""Named analyses over a stored run.
+
+Each analyzer is a module exposing ``NAME``, a one-line ``DESCRIPTION`` and
+``run(con) -> pyarrow.Table``, where ``con`` is a DuckDB connection with the run's views
+(`mtia_trace.runs.connect`). `ANALYZERS` is the one explicit list the CLI, the docs and the
+tests iterate over.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import duckdb
+import pyarrow as pa
+
+from analyzers import (
+    critical_path,
+    exposed_comm,
+    fetch_stalls,
+    idle,
+    overlap,
+    queueing,
+    step_breakdown,
+    stragglers,
+    top_ops,
+)
+from mtia_trace.errors import UsageError
+
+
+class Analyzer(Protocol):
+    NAME: str
+    DESCRIPTION: str
+
+    def run(self, con: duckdb.DuckDBPyConnection) -> pa.Table: ...
+
+
+ANALYZERS: dict[str, Analyzer] = {
+    a.NAME: a  # type: ignore[misc]
+    for a in (step_breakdown, top_ops, exposed_comm, overlap, stragglers, queueing, fetch_stalls,
+              critical_path, idle)
+}
+
+
+def select(names: list[str] | None) -> list[Analyzer]:
+    """The analyzers named (all when none), refusing unknown names."""
+    if not names:
+        return list(ANALYZERS.values())
+    unknown = [n for n in names if n not in ANALYZERS]
+    if unknown:
+        raise UsageError(f"{', '.join(unknown)}: unknown analyzer; choose from "
+                         f"{', '.join(ANALYZERS)}")
+    return [ANALYZERS[n] for n in names]
+
+
+def run_all(con: duckdb.DuckDBPyConnection, names: list[str] | None = None) -> dict[str, pa.Table]:
+    """Run the named analyzers (all by default) and return their tables by name."""
+    return {a.NAME: a.run(con) for a in select(names)}

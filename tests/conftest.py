@@ -28,3 +28,14 @@ def real_traces() -> list[Path]:
 
 
 requires_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"real traces not found at {REAL}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the expected outputs under tests/golden/ instead of comparing")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    """True when run with --update-golden: tests rewrite their golden files."""
+    return bool(request.config.getoption("--update-golden"))

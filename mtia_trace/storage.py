@@ -1,0 +1,245 @@
+"""Run directories: one Parquet file per canonical table plus ``run.json``, written atomically.
+
+A run is built in a hidden temporary directory beside its destination and renamed into place, so
+an interrupted write leaves no partial run. Replacing an existing run (``force=True``) swaps the
+new directory in first and deletes the old one afterwards: an existing run is never lost.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mtia_trace import __version__, schema
+from mtia_trace.errors import RunExistsError, RunNotFoundError, SchemaVersionError, UsageError
+
+#: The tables of a run, in file order, with their canonical schemas.
+TABLES: dict[str, pa.Schema] = {
+    "events": schema.REPLAYED_EVENTS_SCHEMA,
+    "edges": schema.EDGES_SCHEMA,
+    "steps": schema.STEPS_SCHEMA,
+    "collectives": schema.COLLECTIVES_SCHEMA,
+    "summary": schema.SUMMARY_SCHEMA,
+}
+META_FILE = "run.json"
+VIEWS_FILE = "views.sql"
+#: Rows per Parquet row group: small enough that a point query decodes little, large enough
+#: that a full scan stays fast and the per-group overhead small.
+ROW_GROUP_ROWS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stored run: its directory, display name and metadata."""
+
+    path: Path
+    name: str
+    meta: dict
+
+    def table_path(self, table: str) -> Path:
+        return self.path / f"{table}.parquet"
+
+    def read(self, table: str) -> pa.Table:
+        return pq.read_table(self.table_path(table))
+
+
+def _conform(name: str, table: pa.Table) -> pa.Table:
+    """Canonical columns in schema order (extra columns appended) with the schema's metadata."""
+    target = TABLES[name]
+    missing = [f.name for f in target if f.name not in table.column_names]
+    assert not missing, f"{name} table lacks columns {missing}"
+    extra = [c for c in table.column_names if c not in target.names]
+    table = table.select(target.names + extra)
+    fields = [target.field(f.name) if f.name in target.names else f for f in table.schema]
+    conformed = table.cast(pa.schema(fields))
+    return conformed.replace_schema_metadata(target.metadata)
+
+
+def write_table(name: str, table: pa.Table, path: Path) -> None:
+    """Write one canonical table as zstd Parquet with its schema version in the metadata."""
+    pq.write_table(
+        _conform(name, table),
+        path,
+        compression="zstd",
+        compression_level=3,
+        row_group_size=ROW_GROUP_ROWS,
+        write_statistics=True,
+        write_page_index=True,
+    )
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
+def _swap_into_place(tmp: Path, dest: Path) -> None:
+    """Move ``tmp`` to ``dest``; an existing ``dest`` is replaced only after the new one is in."""
+    if not dest.exists():
+        os.rename(tmp, dest)
+        return
+    if _exchange(tmp, dest):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old run
+        return
+    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    os.rename(dest, old)
+    try:
+        os.rename(tmp, dest)
+    except BaseException:
+        os.rename(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_destination(dest: Path, force: bool) -> None:
+    if not dest.exists():
+        return
+    if not force:
+        raise RunExistsError(
+            f"{dest}: a run already exists there; pass --force to replace it or --out to choose "
+            "another directory")
+    if not dest.is_dir() or (any(dest.iterdir()) and not (dest / META_FILE).is_file()):
+        raise UsageError(
+            f"{dest}: exists and is not a run directory; refusing to replace it even with "
+            "--force, choose another --out")
+
+
+def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
+              force: bool = False) -> Run:
+    """Write ``tables`` (name -> table, all of `TABLES`) and ``meta`` as a run at ``dest``.
+
+    ``meta`` goes into ``run.json`` with the tool and schema versions, row counts and write time
+    added. Raises `RunExistsError` when ``dest`` exists and ``force`` is false.
+    """
+    dest = Path(dest)
+    missing = [t for t in TABLES if t not in tables]
+    assert not missing, f"write_run needs tables {missing}"
+    _check_destination(dest, force)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a run is an ordinary dir
+        t0 = time.perf_counter()
+        for name in TABLES:
+            write_table(name, tables[name], tmp / f"{name}.parquet")
+        full = {
+            "tool": "mtia-trace",
+            "tool_version": __version__,
+            "schema_version": schema.SCHEMA_VERSION,
+            "created_unix": round(time.time(), 3),
+            "rows": {name: tables[name].num_rows for name in TABLES},
+            **meta,
+        }
+        full.setdefault("timings_s", {})["write"] = round(time.perf_counter() - t0, 4)
+        (tmp / META_FILE).write_bytes(
+            orjson.dumps(full, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+                         default=str))
+        run = Run(dest.resolve(), dest.name, full)
+        (tmp / VIEWS_FILE).write_text(_views_file(run))
+        _check_destination(dest, force)
+        _swap_into_place(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return run
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _views_file(run: Run) -> str:
+    from mtia_trace.runs import views_sql  # local import: runs imports this module
+
+    header = (f"-- Views over the run in this directory (mtia-trace {__version__}, schema "
+              f"{schema.SCHEMA_VERSION}).\n-- Run from this directory: duckdb -init views.sql\n")
+    return header + views_sql([run], relative=True)
+
+
+def _major(version: str) -> int:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return 10**9
+
+
+def open_run(path: str | Path) -> Run:
+    """Read a run directory's metadata; refuse non-runs and runs from a newer schema."""
+    path = Path(path)
+    meta_path = path / META_FILE
+    if not meta_path.is_file():
+        what = "does not exist" if not path.exists() else f"is not a run (no {META_FILE})"
+        raise RunNotFoundError(
+            f"{path}: {what}; pass a directory written by `mtia-trace replay` or a folder of runs")
+    try:
+        meta = orjson.loads(meta_path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise RunNotFoundError(f"{meta_path}: unreadable run metadata ({exc}); rewrite the run "
+                               "with `mtia-trace replay --force`") from None
+    version = str(meta.get("schema_version", "0"))
+    if _major(version) > _major(schema.SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"{path}: written with schema {version}, newer than this mtia-trace "
+            f"({__version__}, schema {schema.SCHEMA_VERSION}); upgrade mtia-trace to read it")
+    absent = [f"{t}.parquet" for t in TABLES if not (path / f"{t}.parquet").is_file()]
+    if absent:
+        raise RunNotFoundError(f"{path}: incomplete run, missing {', '.join(absent)}; "
+                               "rewrite it with `mtia-trace replay --force`")
+    return Run(path.resolve(), path.resolve().name, meta)
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """Runs named by ``paths``: each a run directory, or a folder whose child directories are runs.
+
+    Names are the directory names, made unique by prefixing the parent when they collide.
+    """
+    runs: list[Run] = []
+    for p in map(Path, paths):
+        if (p / META_FILE).is_file() or not p.is_dir():
+            runs.append(open_run(p))
+            continue
+        children = sorted(c for c in p.iterdir()
+                          if c.is_dir() and not c.name.startswith(".") and (c / META_FILE).is_file())
+        if not children:
+            raise RunNotFoundError(
+                f"{p}: neither a run nor a folder of runs (no {META_FILE} in it or its "
+                "subdirectories); pass a directory written by `mtia-trace replay`")
+        runs.extend(open_run(c) for c in children)
+    if not runs:
+        raise UsageError("no run given; pass a run directory written by `mtia-trace replay`")
+    return _unique_names(runs)
+
+
+def _unique_names(runs: Sequence[Run]) -> list[Run]:
+    seen: dict[str, int] = {}
+    for r in runs:
+        seen[r.name] = seen.get(r.name, 0) + 1
+    out, used = [], set()
+    for r in runs:
+        name = r.name if seen[r.name] == 1 else f"{r.path.parent.name}/{r.name}"
+        if name in used:
+            name = str(r.path)
+        if r.path in {u.path for u in out}:
+            continue  # the same run named twice
+        used.add(name)
+        out.append(Run(r.path, name, r.meta))
+    return out
