@@ -1,0 +1,130 @@
+"""Kineto trace ingest: files -> the canonical events table (`schema.EVENTS_SCHEMA`).
+
+    trace = load("traces/")          # a file, a directory of per-rank files, or a list of paths
+    trace.events                     # pa.Table, all ranks, event_id == row position
+    trace.files, trace.warnings, trace.counts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mtia_trace import schema
+from mtia_trace.errors import TraceFormatError
+from mtia_trace.ingest.assemble import build
+from mtia_trace.ingest.kineto import FileInfo, RawFile, read_file
+
+__all__ = ["Trace", "FileInfo", "load", "trace_files"]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+#: Ranks whose same-numbered steps start further apart than this are reported as clock skew.
+CLOCK_SKEW_WARN_US = 1_000_000.0
+
+
+@dataclass
+class Trace:
+    """The ingested trace: the events table plus per-file facts and warnings."""
+
+    events: pa.Table
+    files: list[FileInfo]
+    warnings: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(f.rank for f in self.files)
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The trace files a directory holds (sorted), or the path itself."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir()
+                       if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json")
+        if not files:
+            raise TraceFormatError(
+                f"{path}: directory holds no trace files (*.json, *.json.gz); "
+                "point to a Kineto trace or a folder of per-rank traces"
+            )
+        return files
+    if not path.exists():
+        raise TraceFormatError(f"{path}: no such file or directory; check the path")
+    return [path]
+
+
+def load(paths: str | Path | Iterable[str | Path],
+         progress: Callable[[str, int, int], None] | None = None) -> Trace:
+    """Read one or more Kineto traces (one per rank) into a `Trace`.
+
+    :param progress: called as ``progress(path, i, n)`` before each file is read.
+    """
+    items = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not items:
+        raise TraceFormatError("no trace given; pass a Kineto .json/.json.gz file or a directory")
+    files = [f for p in items for f in trace_files(p)]
+    raws: list[RawFile] = []
+    for i, f in enumerate(files):
+        if progress is not None:
+            progress(str(f), i, len(files))
+        raws.append(read_file(f))
+    warnings = _assign_ranks(raws)
+    events, more = build(raws)
+    warnings += more
+    warnings += _clock_skew(events)
+    kinds = events.column("kind").value_counts()
+    counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}
+    return Trace(events=events, files=[r.info for r in raws], warnings=warnings,
+                 counts=dict(sorted(counts.items(), key=lambda kv: -kv[1])))
+
+
+def _assign_ranks(raws: list[RawFile]) -> list[str]:
+    warnings = []
+    unknown = [r for r in raws if r.info.rank < 0]
+    if unknown:
+        if len(raws) == 1:
+            raws[0].info.rank = 0
+        else:
+            taken = {r.info.rank for r in raws if r.info.rank >= 0}
+            free = (k for k in range(len(raws) * 2) if k not in taken)
+            for r in unknown:
+                r.info.rank = next(free)
+            warnings.append(
+                f"{len(unknown)} files carry no rank (no distributedInfo.rank, no 'rank<N>' in "
+                "the name); ranks were assigned in file-name order"
+            )
+    seen: dict[int, str] = {}
+    for r in raws:
+        if r.info.rank in seen:
+            raise TraceFormatError(
+                f"{r.info.path}: rank {r.info.rank} also comes from {seen[r.info.rank]}; "
+                "pass one trace per rank (remove duplicates or traces of other runs)"
+            )
+        seen[r.info.rank] = r.info.path
+    if len(raws) > 1:
+        sizes = {r.info.distributed_info.get("world_size") for r in raws} - {None}
+        if len(sizes) == 1 and (ws := sizes.pop()) != len(raws):
+            warnings.append(f"world_size is {ws} but {len(raws)} rank traces were given; "
+                            "collectives with absent ranks cannot be matched")
+    return warnings
+
+
+def _clock_skew(events: pa.Table) -> list[str]:
+    """Compare the start of the same ProfilerStep across ranks."""
+    ranks = pc.unique(events.column("rank")).to_pylist()
+    if len(ranks) < 2:
+        return []
+    mask = pc.starts_with(events.column("name"), "ProfilerStep#")
+    steps = events.filter(mask).select(["rank", "name", "ts_us"]).to_pandas()
+    if steps.empty:
+        return []
+    spread = steps.groupby("name")["ts_us"].agg(lambda s: float(np.ptp(s.to_numpy())))
+    worst = float(spread.max()) if len(spread) else 0.0
+    if worst > CLOCK_SKEW_WARN_US:
+        return [f"ranks start the same step up to {worst / 1e3:.1f} ms apart: clocks are "
+                "skewed or the traces come from different runs; cross-rank waits are unreliable"]
+    return []

@@ -1,0 +1,293 @@
+"""Raw per-file columns -> the canonical events table (schema.EVENTS_SCHEMA).
+
+All steps are array operations over every rank at once; Python loops run over ranks, distinct
+(cat, name) pairs, or the few events that carry shapes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from mtia_trace import schema
+from mtia_trace.ingest import collectives
+from mtia_trace.ingest.classify import classify
+from mtia_trace.ingest.kineto import RawFile
+from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
+from mtia_trace.ingest.shapes import op_cost, parse_size
+
+_SHAPE_KINDS = ("gemm", "conv", "embedding", "elementwise", "reduction")
+_DEVICE_SYNC = re.compile(r"^(cuda|hip)DeviceSynchronize$")
+_STREAM_SYNC = re.compile(r"^((cuda|hip)StreamSynchronize|synchronizeStream|synchronize|"
+                          r"(cuda|hip)StreamWaitEvent|(cuda|hip)EventSynchronize|"
+                          r"enqueueCommand waitOnEvent)$")
+_MTIA_DTYPE = re.compile(r"-dtype_([A-Za-z0-9]+)")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_KEY = np.int64(1) << np.int64(40)
+
+
+def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
+    cols: dict[str, Any] = {}
+    for key in raws[0].cols:
+        if key in ("pid", "tid"):
+            continue
+        cols[key] = np.concatenate([r.cols[key] for r in raws])
+    cols["rank"] = np.concatenate([np.full(r.info.n_events, r.info.rank, dtype=np.int32) for r in raws])
+    cols["src_file"] = np.concatenate([np.full(r.info.n_events, r.info.path, dtype=object) for r in raws])
+    args = np.empty(sum(r.info.n_events for r in raws), dtype=object)
+    args[:] = [a for r in raws for a in r.args]
+    return cols, args
+
+
+def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+    codes, uniq = pd.factorize(cols["track"])
+    rank_of_name = np.argsort(np.argsort(np.asarray(uniq, dtype=str), kind="stable"))
+    tcode = rank_of_name[codes]
+    order = np.lexsort((-cols["dur_us"], cols["ts_us"], tcode, cols["rank"]))
+    out = {k: v[order] for k, v in cols.items()}
+    out["_tcode"] = tcode[order]
+    return out, args[order]
+
+
+def _kinds(cols: dict[str, Any]) -> np.ndarray:
+    cat = np.array([c if c is not None else "" for c in cols["cat"]], dtype=object)
+    ccode, cuniq = pd.factorize(cat)
+    ncode, nuniq = pd.factorize(cols["name"])
+    pair, puniq = pd.factorize(ccode.astype(np.int64) * (len(nuniq) + 1) + ncode)
+    kinds = np.array([classify(cuniq[p // (len(nuniq) + 1)], nuniq[p % (len(nuniq) + 1)])
+                      for p in puniq.tolist()], dtype=object)
+    kind = kinds[pair]
+    kind[cols["ph"] == "i"] = "instant"
+    return kind
+
+
+def _steps(cols: dict[str, Any], warnings: list[str]) -> np.ndarray:
+    """Host events: the ProfilerStep interval of their rank containing their start."""
+    name, rank, ts, dur = cols["name"], cols["rank"], cols["ts_us"], cols["dur_us"]
+    step = np.full(len(ts), -1, dtype=np.int32)
+    is_step = np.array([n.startswith("ProfilerStep#") for n in name.tolist()], dtype=bool) & ~cols["is_device"]
+    for r in np.unique(rank).tolist():
+        rows = np.flatnonzero(rank == r)
+        srows = rows[is_step[rows]]
+        if not len(srows):
+            step[rows] = 0
+            continue
+        srows = srows[np.argsort(ts[srows], kind="stable")]
+        nums = np.array([int(_STEP.match(name[i]).group(1)) if _STEP.match(name[i]) else -1
+                         for i in srows.tolist()], dtype=np.int32)
+        starts, ends = ts[srows], ts[srows] + dur[srows]
+        k = np.searchsorted(starts, ts[rows], side="right") - 1
+        inside = (k >= 0) & (ts[rows] < ends[np.maximum(k, 0)] + END_TOLERANCE_US)
+        step[rows[inside]] = nums[k[inside]]
+    return step
+
+
+def _launches(cols: dict[str, Any]) -> np.ndarray:
+    """Device event -> event_id of the runtime call with the same (rank, correlation)."""
+    kind, is_dev, corr, rank = cols["kind"], cols["is_device"], cols["correlation"], cols["rank"]
+    n = len(kind)
+    launch = np.full(n, -1, dtype=np.int64)
+    host = np.flatnonzero((kind == "runtime") & ~is_dev & (corr >= 0))
+    dev = np.flatnonzero(is_dev & (kind != "annotation") & (corr >= 0))
+    if not len(host) or not len(dev):
+        return launch
+    hkey = rank[host].astype(np.int64) * _KEY + corr[host]
+    ukey, first = np.unique(hkey, return_index=True)
+    dkey = rank[dev].astype(np.int64) * _KEY + corr[dev]
+    pos = np.searchsorted(ukey, dkey)
+    pos_c = np.minimum(pos, len(ukey) - 1)
+    hit = ukey[pos_c] == dkey
+    launch[dev[hit]] = host[first[pos_c[hit]]]
+    return launch
+
+
+def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    kind, name, is_dev, launch = cols["kind"], cols["name"], cols["is_device"], cols["launch_id"]
+    n = len(kind)
+    sync_stream = np.full(n, -1, dtype=np.int64)
+    sync_corr = np.full(n, -1, dtype=np.int64)
+    for i in np.flatnonzero(is_dev & (kind == "sync")).tolist():
+        a = args[i]
+        if a is None:
+            continue
+        sk = a.sync_kind or ""
+        if sk == "Context Sync" or sk == "Device Sync":
+            s = -2
+        elif a.wait_on_stream is not None and a.wait_on_stream >= 0:
+            s = a.wait_on_stream
+        elif sk == "Stream Sync":
+            s = int(cols["stream"][i])
+        else:
+            s = -1
+        sync_stream[i] = s
+        if a.wait_corr is not None and a.wait_corr >= 0:
+            sync_corr[i] = a.wait_corr
+        h = launch[i]
+        if h >= 0:
+            sync_stream[h], sync_corr[h] = sync_stream[i], sync_corr[i]
+    for i in np.flatnonzero((kind == "runtime") & ~is_dev).tolist():
+        nm = name[i]
+        if _DEVICE_SYNC.match(nm):
+            sync_stream[i] = -2
+        elif sync_stream[i] == -1 and _STREAM_SYNC.match(nm) and not nm.startswith("enqueueCommand"):
+            a = args[i]
+            if a is not None:
+                for v in (a.stream_id, a.stream):
+                    try:
+                        s = int(v, 0) if isinstance(v, str) else v
+                    except ValueError:
+                        s = None
+                    if isinstance(s, int) and s >= 0:
+                        sync_stream[i] = s
+                        break
+    return sync_stream, sync_corr
+
+
+def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
+    kind, name, is_dev, cat = cols["kind"], cols["name"], cols["is_device"], cols["cat"]
+    n = len(kind)
+    flops, rd, wr = np.zeros(n), np.zeros(n), np.zeros(n)
+    dtype = np.full(n, None, dtype=object)
+    with_args = np.array([a is not None for a in args.tolist()], dtype=bool)
+    host_shape = np.flatnonzero(with_args & ~is_dev & np.isin(kind, _SHAPE_KINDS))
+    for i in host_shape.tolist():
+        a = args[i]
+        f, r, w, dt = op_cost(kind[i], name[i], a.input_dims, a.input_type, a.concrete)
+        flops[i], rd[i], wr[i], dtype[i] = f, r, w, dt
+    for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~np.isin(kind, _SHAPE_KINDS)).tolist():
+        a = args[i]
+        if a.input_type:
+            dtype[i] = next((t for t in a.input_type if t not in ("", "Scalar", "ScalarList")), None)
+    own = np.flatnonzero(with_args)
+    own = own[np.array([args[i].flops is not None for i in own.tolist()], dtype=bool)] if len(own) else own
+    for i in own.tolist():
+        flops[i] = float(args[i].flops)
+    copies = np.flatnonzero(with_args & is_dev & ((kind == "memcpy") | (kind == "memset")))
+    for i in copies.tolist():
+        a = args[i]
+        b = parse_size(a.bytes if a.bytes is not None else a.size if a.size is not None else a.mem_size)
+        wr[i] = b
+        if kind[i] == "memcpy":
+            rd[i] = b
+    for i in np.flatnonzero(is_dev & (dtype == None)).tolist():  # noqa: E711
+        m = _MTIA_DTYPE.search(name[i])
+        if m:
+            dtype[i] = m.group(1)
+    cols.update(flops=flops, bytes_read=rd, bytes_written=wr, dtype=dtype)
+
+
+def _count_once(cols: dict[str, Any]) -> None:
+    """Host work is counted once: an op whose descendant carries flops/bytes gives them up."""
+    parent, is_dev = cols["parent_id"], cols["is_device"]
+    work = np.flatnonzero(~is_dev & ((cols["flops"] > 0) | (cols["bytes_read"] > 0)))
+    has_desc = np.zeros(len(parent), dtype=bool)
+    cur = parent[work]
+    cur = cur[cur >= 0]
+    while len(cur):
+        cur = np.unique(cur)
+        cur = cur[~has_desc[cur]]
+        has_desc[cur] = True
+        cur = parent[cur]
+        cur = cur[cur >= 0]
+    for c in ("flops", "bytes_read", "bytes_written"):
+        cols[c][has_desc] = 0.0
+
+
+def _inherit(cols: dict[str, Any]) -> None:
+    """Device events take flops/bytes/dtype from their launching op, split among its kernels."""
+    kind, is_dev, rank, ext = cols["kind"], cols["is_device"], cols["rank"], cols["external_id"]
+    launch, parent, cat = cols["launch_id"], cols["parent_id"], cols["cat"]
+    flops, rd, wr, dtype = cols["flops"], cols["bytes_read"], cols["bytes_written"], cols["dtype"]
+    dev = np.flatnonzero(is_dev & ~np.isin(kind, ("memcpy", "memset", "sync", "annotation"))
+                         & (flops == 0) & (rd == 0))
+    if not len(dev):
+        return
+    op = np.full(len(dev), -1, dtype=np.int64)
+    ops = np.flatnonzero((cat == "cpu_op") & (ext >= 0))
+    if len(ops):
+        okey = rank[ops].astype(np.int64) * _KEY + ext[ops]
+        o = np.argsort(okey, kind="stable")
+        okey_s, ops_s = okey[o], ops[o]
+        # several cpu_ops may share an id: keep the innermost (the last one with that key)
+        last = np.r_[okey_s[1:] != okey_s[:-1], True]
+        okey_s, ops_s = okey_s[last], ops_s[last]
+        src_ext = np.where(ext[dev] >= 0, ext[dev], np.where(launch[dev] >= 0, ext[np.maximum(launch[dev], 0)], -1))
+        dkey = rank[dev].astype(np.int64) * _KEY + src_ext
+        pos = np.minimum(np.searchsorted(okey_s, dkey), len(okey_s) - 1)
+        hit = (okey_s[pos] == dkey) & (src_ext >= 0)
+        op[hit] = ops_s[pos[hit]]
+    miss = (op < 0) & (launch[dev] >= 0)
+    op[miss] = parent[launch[dev[miss]]]
+    ok = op >= 0
+    dev, op = dev[ok], op[ok]
+    if not len(dev):
+        return
+    same = kind[dev] == kind[op]
+    uop, inv, n_all = np.unique(op, return_inverse=True, return_counts=True)
+    n_same = np.bincount(inv, weights=same.astype(float), minlength=len(uop))
+    share = np.where(n_same[inv] > 0, same / np.maximum(n_same[inv], 1), 1.0 / n_all[inv])
+    flops[dev] = flops[op] * share
+    rd[dev] = rd[op] * share
+    wr[dev] = wr[op] * share
+    need = np.array([d is None for d in dtype[dev].tolist()], dtype=bool)
+    dtype[dev[need]] = dtype[op[need]]
+
+
+def _device_steps(cols: dict[str, Any]) -> None:
+    step, launch, is_dev = cols["step"], cols["launch_id"], cols["is_device"]
+    dev = np.flatnonzero(is_dev)
+    linked = dev[launch[dev] >= 0]
+    step[linked] = step[launch[linked]]
+
+
+def _thread_tracks(raws: list[RawFile], word: str) -> set[str]:
+    out = set()
+    for r in raws:
+        for (pid, tid), names in r.info.thread_names.items():
+            if any(word in nm for nm in names):
+                out.add(f"host:{pid}:{tid}")
+    return out
+
+
+def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
+    """The events table and the warnings found while building it."""
+    warnings: list[str] = [w for r in raws for w in r.warnings]
+    cols, args = _concat(raws)
+    cols, args = _sort(cols, args)
+    n = len(cols["ts_us"])
+    cols["event_id"] = np.arange(n, dtype=np.int64)
+    cols["kind"] = _kinds(cols)
+    # device rows get steps from time first, then from their launch
+    tcode, rank = cols.pop("_tcode"), cols["rank"]
+    new_track = np.r_[True, (tcode[1:] != tcode[:-1]) | (rank[1:] != rank[:-1])]
+    track_start = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))
+    host_x = ~cols["is_device"] & (cols["ph"] == "X")
+    parent, depth = parents(track_start, cols["ts_us"], cols["dur_us"], host_x)
+    dev = cols["is_device"]
+    parent[dev], depth[dev] = -1, 0
+    cols["parent_id"], cols["depth"] = parent, depth
+    cols["step"] = _steps(cols, warnings)
+    cols["launch_id"] = _launches(cols)
+    _device_steps(cols)
+    cols["sync_stream"], cols["sync_corr"] = _syncs(cols, args)
+    _costs(cols, args)
+    _count_once(cols)
+    _inherit(cols)
+    dist = {r.info.rank: r.info.distributed_info for r in raws}
+    warnings += collectives.fill(cols, args, dist, _thread_tracks(raws, "pt_gloo_runloop"))
+    _warn_links(cols, warnings)
+    table = schema.from_columns({f.name: cols[f.name] for f in schema.EVENTS_SCHEMA})
+    return table, warnings
+
+
+def _warn_links(cols: dict[str, Any], warnings: list[str]) -> None:
+    kind, is_dev, launch = cols["kind"], cols["is_device"], cols["launch_id"]
+    work = is_dev & np.isin(kind, ("annotation", "sync"), invert=True)
+    unlinked = int((work & (launch < 0)).sum())
+    if unlinked:
+        warnings.append(f"{unlinked} of {int(work.sum())} device events have no launching runtime "
+                        "call (missing flows or correlation ids); their step comes from time")

@@ -1,0 +1,196 @@
+"""Collective metadata: op, bytes, process group and a per-group sequence number.
+
+Sources: `record_param_comms` args and NCCL/HCCL kernel args where the backend records them;
+otherwise `c10d::*` ops (sizes from `Input Dims`) and, for gloo CPU traces, the `gloo:*`
+annotations on the gloo worker threads, paired with the c10d ops by order per op type.
+
+`coll_seq` numbers the outermost collective ops of each (rank, process group) in time order;
+every event of the same collective on that rank (the c10d op, its record_param_comms and
+annotations, the kernel it launched, the paired gloo annotation) carries the same number, so
+(pg, coll_seq, coll_op) identifies one collective across ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mtia_trace.ingest.classify import coll_op_of
+from mtia_trace.ingest.decode import Args
+from mtia_trace.ingest.shapes import _numel, dtype_size
+
+_SPLIT_OPS = ("all_to_all", "all_gather", "reduce_scatter")
+
+
+def _dims_bytes(op: str | None, a: Args | None, group: int) -> tuple[float, float, str | None]:
+    """(bytes in, bytes out, dtype) from Input Dims / Input type."""
+    if a is None or not a.input_dims:
+        return 0.0, 0.0, None
+    dims, types = a.input_dims, a.input_type or []
+    tens = [(d, types[i] if i < len(types) else "") for i, d in enumerate(dims)
+            if isinstance(d, list) and (i >= len(types) or types[i] not in ("", "Scalar", "ScalarList"))]
+    if not tens:
+        return 0.0, 0.0, None
+    dtype = next((t for _, t in tens if t not in ("TensorList", "")), None)
+    size = dtype_size(dtype)
+
+    def numel(d: Any, t: str) -> int:
+        if t == "TensorList" and d in ([], [[]]) and not (isinstance(d, list) and d and d[0] == []):
+            return 0
+        return _numel(d)
+
+    if len(tens) >= 2 and op in _SPLIT_OPS:
+        out_n, in_n = numel(*tens[0]), numel(*tens[1])
+    elif len(tens) == 1 and op == "all_gather":
+        in_n = numel(*tens[0])
+        out_n = in_n * max(group, 1)
+    else:
+        in_n = out_n = numel(*tens[0])
+    return float(in_n * size), float(out_n * size), dtype
+
+
+def _default_pg(dist: dict[str, Any]) -> tuple[str | None, int, str | None]:
+    cfg = dist.get("pg_config") or []
+    if len(cfg) == 1 and isinstance(cfg[0], dict):
+        c = cfg[0]
+        ranks = c.get("ranks")
+        return (str(c.get("pg_name")), int(c.get("pg_size") or 0),
+                str(list(ranks)) if isinstance(ranks, list) else None)
+    ws = dist.get("world_size")
+    return None, int(ws) if isinstance(ws, int) and not cfg else 0, None
+
+
+def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[str, Any]],
+         gloo_tracks: set[str]) -> list[str]:
+    """Fill coll_* columns in place (arrays sorted as the events table); return warnings."""
+    kind, name, rank = cols["kind"], cols["name"], cols["rank"]
+    parent, launch, is_dev, ts = cols["parent_id"], cols["launch_id"], cols["is_device"], cols["ts_us"]
+    n = len(kind)
+    is_coll = (kind == "collective") | (kind == "p2p")
+    idx = np.flatnonzero(is_coll)
+    warnings: list[str] = []
+    coll_op = np.full(n, None, dtype=object)
+    b_in = np.zeros(n)
+    b_out = np.zeros(n)
+    gsize = np.zeros(n, dtype=np.int32)
+    pg = np.full(n, None, dtype=object)
+    pg_ranks = np.full(n, None, dtype=object)
+    seq = np.full(n, -1, dtype=np.int64)
+    if not len(idx):
+        cols.update(coll_op=coll_op, coll_bytes_in=b_in, coll_bytes_out=b_out, group_size=gsize,
+                    pg=pg, pg_ranks=pg_ranks, coll_seq=seq)
+        return warnings
+
+    # 1. per-event metadata
+    defaults = {r: _default_pg(d) for r, d in dist_by_rank.items()}
+    for i in idx.tolist():
+        a: Args | None = args[i]
+        nm = name[i]
+        op = coll_op_of(nm)
+        if a is not None and a.coll_name:
+            op = coll_op_of("c10d::" + a.coll_name) or a.coll_name
+        coll_op[i] = op
+        d_pg, d_size, d_ranks = defaults.get(int(rank[i]), (None, 0, None))
+        if a is not None and a.pg_name is not None:
+            pg[i] = a.pg_name
+            pg_ranks[i] = a.pg_ranks if isinstance(a.pg_ranks, str) else (
+                str(a.pg_ranks) if a.pg_ranks is not None else None)
+        else:
+            pg[i], pg_ranks[i] = d_pg, d_ranks
+        gsize[i] = a.group_size if a is not None and a.group_size else d_size
+        if a is not None and a.in_nelems is not None:
+            size = dtype_size(a.dtype)
+            b_in[i] = a.in_nelems * size
+            b_out[i] = (a.out_nelems if a.out_nelems is not None else a.in_nelems) * size
+        else:
+            b_in[i], b_out[i], _ = _dims_bytes(op, a, int(gsize[i]))
+
+    # 2. the enclosing collective root of each host collective row
+    root = np.full(n, -1, dtype=np.int64)
+    host_coll = idx[~is_dev[idx]]
+    root[host_coll] = host_coll
+    cur = parent[host_coll].copy()
+    active = np.arange(len(host_coll))
+    while len(active):
+        c = cur[active]
+        ok = c >= 0
+        active, c = active[ok], c[ok]
+        hit = is_coll[c]
+        root[host_coll[active[hit]]] = c[hit]
+        cur[active] = parent[c]
+        active = active[cur[active] >= 0]
+    tracks = cols["track"]
+    gloo_row = np.array([tracks[i] in gloo_tracks and name[i].startswith("gloo:")
+                         for i in host_coll.tolist()], dtype=bool)
+    roots = host_coll[(root[host_coll] == host_coll) & ~gloo_row]
+    gloo_rows = host_coll[gloo_row]
+
+    # 3. sequence numbers per (rank, pg) over roots in time order; descendants inherit
+    order = roots[np.lexsort((ts[roots], rank[roots]))]
+    counters: dict[tuple[int, Any], int] = {}
+    for i in order.tolist():
+        key = (int(rank[i]), pg[i])
+        seq[i] = counters.get(key, 0)
+        counters[key] = seq[i] + 1
+    nonroot = host_coll[(root[host_coll] != host_coll) & (root[host_coll] >= 0)]
+    seq[nonroot] = seq[root[nonroot]]
+    for col in (pg, pg_ranks):
+        fill_from = nonroot[np.array([col[i] is None for i in nonroot.tolist()], dtype=bool)] \
+            if len(nonroot) else nonroot
+        col[fill_from] = col[root[fill_from]]
+
+    # 4. gloo annotations pair with c10d roots by order, per rank and op
+    if len(gloo_rows):
+        unpaired = 0
+        for r in np.unique(rank[gloo_rows]).tolist():
+            g = gloo_rows[rank[gloo_rows] == r]
+            c = roots[(rank[roots] == r) & np.array([name[i].startswith("c10d::") for i in roots.tolist()], dtype=bool)]
+            for op in set(coll_op[g].tolist()):
+                gi = g[coll_op[g] == op]
+                gi = gi[np.argsort(ts[gi], kind="stable")]
+                ci = c[coll_op[c] == op]
+                ci = ci[np.argsort(ts[ci], kind="stable")]
+                k = min(len(gi), len(ci))
+                seq[gi[:k]] = seq[ci[:k]]
+                pg[gi[:k]] = pg[ci[:k]]
+                pg_ranks[gi[:k]] = pg_ranks[ci[:k]]
+                gsize[gi[:k]] = gsize[ci[:k]]
+                unpaired += abs(len(gi) - len(ci))
+        if unpaired:
+            warnings.append(f"{unpaired} gloo annotations and c10d ops could not be paired by order")
+
+    # 5. device collectives take the sequence of the host root that launched them
+    dev_coll = idx[is_dev[idx]]
+    if len(dev_coll):
+        host = launch[dev_coll]
+        ok = host >= 0
+        src = host[ok]
+        cur = src.copy()
+        found = np.full(len(src), -1, dtype=np.int64)
+        active = np.arange(len(src))
+        while len(active):
+            c = cur[active]
+            hit = is_coll[c] & (root[c] >= 0)
+            found[active[hit]] = root[c[hit]]
+            active = active[~hit]
+            cur[active] = parent[cur[active]]
+            active = active[cur[active] >= 0]
+        d = dev_coll[ok]
+        has = found >= 0
+        seq[d[has]] = seq[found[has]]
+        for col in (pg, pg_ranks):
+            tgt = d[has]
+            empty = np.array([col[i] is None for i in tgt.tolist()], dtype=bool) if len(tgt) else np.zeros(0, bool)
+            col[tgt[empty]] = col[found[has][empty]]
+        nolink = int((~has).sum() + (~ok).sum())
+        if nolink:
+            warnings.append(f"{nolink} device collectives are not linked to a host collective op")
+
+    truncated = {str(v) for v in pg_ranks[idx].tolist() if v is not None and "..." in str(v)}
+    if truncated:
+        warnings.append(f"{len(truncated)} process-group rank lists are truncated in the trace "
+                        "(contain '...'); pg_ranks keeps them as recorded")
+    cols.update(coll_op=coll_op, coll_bytes_in=b_in, coll_bytes_out=b_out, group_size=gsize,
+                pg=pg, pg_ranks=pg_ranks, coll_seq=seq)
+    return warnings
