@@ -44,6 +44,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "cache.bandwidth_GBps",
     "cache.zipf_alpha",
     "cache.working_set_GB",
+    "cache.row_bytes",
     "host.kernel_launch_us",
     "host.link_GBps",
     "network.ranks_per_node",
@@ -67,7 +68,8 @@ REQUIRED_KEYS: tuple[str, ...] = (
 
 #: Extra keys required by the communication path.
 PATH_KEYS: dict[str, tuple[str, ...]] = {
-    "offloaded": ("comm.message_engines", "comm.engines_per_collective", "comm.overlap_slowdown"),
+    "offloaded": ("comm.message_engines", "comm.engines_per_collective", "comm.engine_reduction_GBps",
+                  "comm.overlap_slowdown"),
     "on_compute": ("comm.sm_count", "comm.comm_ctas", "comm.mem_contention",
                    "comm.gemm_waves_max", "comm.concurrent_collectives"),
 }

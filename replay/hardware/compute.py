@@ -1,0 +1,131 @@
+"""Compute and fetch costs over arrays: roofline per dtype, embedding gathers, copies and DMA.
+
+Units: FLOP/us = TFLOPS x 1e6 and B/us = GB/s x 1e3. For each event the roofline time is
+``max(t_compute, t_memory)``; the compute part is ``t_compute`` and the memory-bound excess
+``t_memory - t_compute`` is fetch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mtia_trace.schema import KINDS
+from replay.hardware.spec import HardwareSpec
+
+#: Kinds whose arithmetic runs at the GEMM efficiency.
+GEMM_KINDS = ("gemm", "conv", "attention")
+#: Kinds priced by the compute/fetch roofline (device work other than copies and collectives).
+ROOFLINE_KINDS = ("gemm", "conv", "attention", "embedding", "elementwise", "reduction",
+                  "optimizer", "other")
+
+
+def kind_codes(kind: pa.ChunkedArray) -> np.ndarray:
+    """Index into `schema.KINDS` per event (unknown strings map to 'other')."""
+    arr = kind if isinstance(kind, pa.ChunkedArray) else pa.chunked_array([kind])
+    enc = pc.dictionary_encode(pc.fill_null(arr.cast(pa.string()), "other").combine_chunks())
+    other = KINDS.index("other")
+    lut = np.array([KINDS.index(k) if k in KINDS else other
+                    for k in enc.dictionary.to_pylist()] or [other])
+    return lut[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+
+
+def codes(*names: str) -> list[int]:
+    return [KINDS.index(n) for n in names]
+
+
+def _dtype_class(name: str | None) -> str:
+    """Map a recorded dtype string to a peak column: fp8, bf16 or fp32."""
+    if not name:
+        return "fp32"
+    s = name.lower()
+    if any(t in s for t in ("float8", "fp8", "e4m3", "e5m2", "int8", "uint8", "qint", "mx8")):
+        return "fp8"
+    if any(t in s for t in ("bfloat16", "bf16", "half", "float16", "fp16")):
+        return "bf16"
+    return "fp32"
+
+
+def peak_flop_per_us(spec: HardwareSpec, dtype: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Per-event peak FLOP/us from its dtype (unique dtypes mapped once, then gathered)."""
+    arr = dtype if isinstance(dtype, pa.ChunkedArray) else pa.chunked_array([dtype])
+    enc = pc.dictionary_encode(pc.fill_null(arr.cast(pa.string()), "").combine_chunks())
+    peaks = {c: float(spec.value(f"compute.peak_tflops_{c}")) * 1e6
+             for c in ("fp8", "bf16", "fp32")}
+    table = np.array([peaks[_dtype_class(d)] for d in enc.dictionary.to_pylist()] or [0.0])
+    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return table[idx]
+
+
+def zipf_hit_ratio(spec: HardwareSpec) -> float:
+    """Fraction of gathered rows served from on-chip cache when the hottest rows are cached.
+
+    Rows are ranked by popularity with Zipf exponent s; caching the top C of N rows hits
+    H(C, s) / H(N, s) (generalised harmonic numbers, Euler-Maclaurin approximation). s = 0 gives
+    C / N (uniform ids).
+    """
+    row = float(spec.value("cache.row_bytes"))
+    n = max(1.0, float(spec.value("cache.working_set_GB")) * 2**30 / row)
+    c = min(n, float(spec.value("cache.capacity_MB")) * 2**20 / row)
+    s = float(spec.value("cache.zipf_alpha"))
+
+    def harmonic(k: float) -> float:
+        if k <= 0:
+            return 0.0
+        if abs(s - 1.0) < 1e-9:
+            return math.log(k) + 0.5772156649 + 0.5 / k
+        return (k ** (1.0 - s) - 1.0) / (1.0 - s) + 0.5 * (1.0 + k ** (-s))
+
+    return float(min(1.0, max(0.0, harmonic(c) / harmonic(n))))
+
+
+@dataclass
+class Roofline:
+    """Compute and fetch time (us) per event on one spec."""
+
+    compute_us: np.ndarray
+    fetch_us: np.ndarray
+
+    @property
+    def total_us(self) -> np.ndarray:
+        return self.compute_us + self.fetch_us
+
+
+def is_link_copy(names: pa.ChunkedArray) -> np.ndarray:
+    """True for host<->device copies and DMA requests (priced at the host link, not HBM)."""
+    pattern = "(?i)(htod|dtoh|htoh|pageable|pinned|dma)"
+    return pc.fill_null(pc.match_substring_regex(names, pattern), False).to_numpy(zero_copy_only=False)
+
+
+def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: np.ndarray,
+             copy_bytes: np.ndarray, peak: np.ndarray, link_copy: np.ndarray) -> Roofline:
+    """Roofline compute/fetch split for every event (events of other kinds get zeros).
+
+    ``kind`` holds `schema.KINDS` indices; ``bytes_rw`` is bytes read + written; ``copy_bytes`` the size of a copy (max of the two).
+    """
+    eff_gemm = float(spec.value("compute.efficiency_gemm"))
+    eff_other = float(spec.value("compute.efficiency_other"))
+    hbm = float(spec.value("hbm.bandwidth_GBps")) * 1e3
+    stream_bw = hbm * float(spec.value("hbm.efficiency"))
+    hit = zipf_hit_ratio(spec)
+    gather_bw = hbm * float(spec.value("hbm.gather_efficiency"))
+    cache_bw = float(spec.value("cache.bandwidth_GBps")) * 1e3
+    us_per_gather_byte = hit / cache_bw + (1.0 - hit) / gather_bw
+    link_bw = float(spec.value("host.link_GBps")) * 1e3
+
+    eff = np.where(np.isin(kind, codes(*GEMM_KINDS)), eff_gemm, eff_other)
+    priced = np.isin(kind, codes(*ROOFLINE_KINDS))
+    t_c = np.where(priced, flops / (peak * eff), 0.0)
+    t_m = np.where(kind == KINDS.index("embedding"), bytes_rw * us_per_gather_byte, bytes_rw / stream_bw)
+    t_m = np.where(priced, t_m, 0.0)
+    # copies move over the host link (H2D/D2H/DMA) or through HBM (D2D: read + write)
+    copy = kind == KINDS.index("memcpy")
+    t_copy = np.where(link_copy, copy_bytes / link_bw, bytes_rw / stream_bw)
+    set_ = kind == KINDS.index("memset")
+    fetch = np.maximum(t_m - t_c, 0.0)
+    fetch = np.where(copy, t_copy, np.where(set_, bytes_rw / stream_bw, fetch))
+    return Roofline(compute_us=t_c, fetch_us=fetch)

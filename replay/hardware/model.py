@@ -1,0 +1,245 @@
+"""The hardware cost model: prices every event of the canonical table on a target spec.
+
+Which events are priced:
+
+- device work (kernels, copies, DMA): roofline from flops/bytes (mode ``roofline``) or the
+  measured duration x target/source roofline ratio (mode ``scaled``, keeps the workload's
+  measured inefficiency; needs the source hardware). ``auto`` picks roofline when events with
+  flops/bytes cover at least half of the device-work time, else scaled when a source is known.
+  Work without flops/bytes keeps its measured time (x the target/source peak ratio of its kind
+  when a source is known).
+- collectives and p2p: alpha-beta(-gamma) from their bytes (`collectives`); NIC posts are host
+  time; with a loss rate, retransmissions are retry time (`retries`). Each priced collective
+  holds one unit of its rank's pool: message-engine slots (offloaded) or concurrent channels
+  (on-compute); the scheduler records the wait as queueing.
+- host events keep their measured durations; kernel-launch calls scale by the target/source
+  launch overhead when a source is known.
+- CPU-only traces (no device events): leaf host ops with flops/bytes are the work the target
+  would run; they are priced like device work plus one kernel launch (host time); CPU
+  collectives (gloo) are priced as collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mtia_trace.errors import UsageError
+from mtia_trace.schema import KINDS
+from replay.costs import EventCosts
+from replay.hardware import collectives as coll_mod
+from replay.hardware.compute import (GEMM_KINDS, ROOFLINE_KINDS, codes, is_link_copy, kind_codes,
+                                     peak_flop_per_us, roofline, zipf_hit_ratio)
+from replay.hardware.retries import retry_costs, rto_us
+from replay.hardware.spec import PATH_KEYS, REQUIRED_KEYS, HardwareSpec, load_spec
+
+MODES = ("auto", "roofline", "scaled")
+WORK_KINDS = (*ROOFLINE_KINDS, "memcpy", "memset")
+COMM_KINDS = ("collective", "p2p")
+
+
+def sm_share_slowdown(spec: HardwareSpec) -> float:
+    """Mean slowdown of a GEMM overlapping on-compute collectives (HARDWARE.md 2.3).
+
+    The GEMM runs on SM - k units: its tile waves grow from ceil(T / SM) to ceil(T / (SM - k)),
+    averaged over tile counts T uniform in 1 .. waves_max x SM, times (1 + memory contention).
+    """
+    sm = int(spec.value("comm.sm_count"))
+    k = min(int(spec.value("comm.comm_ctas")), sm - 1)
+    tiles = np.arange(1, int(spec.value("comm.gemm_waves_max")) * sm + 1)
+    waves = np.ceil(tiles / (sm - k)) / np.ceil(tiles / sm)
+    return float(waves.mean() * (1.0 + float(spec.value("comm.mem_contention"))) - 1.0)
+
+
+def _measured_split(kind: np.ndarray, is_dev: np.ndarray, dur: np.ndarray) -> EventCosts:
+    """Measured durations split by kind, as `replay.costs.split_by_kind` does (on kind codes)."""
+    z = np.zeros(len(dur))
+    comm = np.isin(kind, codes(*COMM_KINDS))
+    fetch = np.isin(kind, codes("memcpy", "memset", "embedding"))
+    host = ~is_dev & ~comm & ~fetch
+    comp = ~(comm | fetch | host)
+    return EventCosts(np.where(comp, dur, z), np.where(fetch, dur, z), np.where(comm, dur, z),
+                      z.copy(), np.where(host, dur, z))
+
+
+def _np(events: pa.Table, name: str, dtype: type = np.float64) -> np.ndarray:
+    return events.column(name).to_numpy().astype(dtype, copy=False)
+
+
+class HardwareModel:
+    """`replay.costs.CostModel` for one hardware spec."""
+
+    def __init__(self, spec: HardwareSpec, mode: str = "auto", loss_rate: float = 0.0,
+                 seed: int = 0, source: HardwareSpec | None = None) -> None:
+        if mode not in MODES:
+            raise UsageError(f"--mode {mode}: unknown costing mode; use one of {', '.join(MODES)}")
+        if not 0.0 <= loss_rate < 1.0:
+            raise UsageError(f"--loss-rate {loss_rate}: must be in [0, 1)")
+        if mode == "scaled" and source is None:
+            raise UsageError("--mode scaled: needs the hardware the trace was measured on; pass "
+                             "--source NAME (e.g. h100) or use --mode roofline")
+        self.spec, self.mode, self.loss_rate, self.seed, self.source = (
+            spec, mode, float(loss_rate), int(seed), source)
+        self.name = spec.name
+
+    @classmethod
+    def create(cls, spec: HardwareSpec | str, mode: str = "auto", loss_rate: float = 0.0,
+               seed: int = 0, source: HardwareSpec | str | None = None) -> HardwareModel:
+        s = spec if isinstance(spec, HardwareSpec) else load_spec(spec)
+        src = source if source is None or isinstance(source, HardwareSpec) else load_spec(source)
+        return cls(s, mode, loss_rate, seed, src)
+
+    def overlap_slowdown(self) -> float:
+        if self.spec.value("comm.path") == "offloaded":
+            return float(self.spec.value("comm.overlap_slowdown"))
+        return sm_share_slowdown(self.spec)
+
+    def pool_capacity(self) -> int:
+        """Collectives one rank can run at once."""
+        if self.spec.value("comm.path") == "offloaded":
+            return max(1, int(self.spec.value("comm.message_engines"))
+                       // max(1, int(self.spec.value("comm.engines_per_collective"))))
+        return max(1, int(self.spec.value("comm.concurrent_collectives")))
+
+    def used_keys(self) -> list[str]:
+        keys = [*REQUIRED_KEYS, *PATH_KEYS[str(self.spec.value("comm.path"))]]
+        keys += [k for k in ("loss.rto_us", "loss.ib_timeout") if self.spec.get(k) is not None]
+        return keys
+
+    # -- pricing ---------------------------------------------------------------------------
+    def _roofline(self, spec: HardwareSpec, kind, flops, brw, copy_bytes, dtype, link) -> np.ndarray:
+        r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link)
+        return r.compute_us, r.fetch_us
+
+    def cost(self, events: pa.Table) -> EventCosts:
+        n = events.num_rows
+        spec = self.spec
+        kind = kind_codes(events.column("kind"))
+        is_dev = events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
+        dur = _np(events, "dur_us")
+        flops = np.nan_to_num(_np(events, "flops"))
+        br, bw = np.nan_to_num(_np(events, "bytes_read")), np.nan_to_num(_np(events, "bytes_written"))
+        brw, copy_bytes = br + bw, np.maximum(br, bw)
+        costs = _measured_split(kind, is_dev, dur)
+        notes: dict[str, object] = {"hardware": spec.name, "loss_rate": self.loss_rate,
+                                    "seed": self.seed}
+
+        cpu_only = n > 0 and not is_dev.any()
+        work = np.isin(kind, codes(*WORK_KINDS))
+        if cpu_only:
+            parent = _np(events, "parent_id", np.int64)
+            is_parent = np.zeros(n, dtype=bool)
+            is_parent[parent[(parent >= 0) & (parent < n)]] = True
+            work &= ~is_parent & ((flops > 0) | (brw > 0))
+            notes["cpu_only"] = ("no device events: leaf host ops with flops/bytes priced as "
+                                 "target device work plus one kernel launch each")
+        else:
+            work &= is_dev
+        has_data = np.where(kind == KINDS.index("memcpy"), copy_bytes > 0, (flops > 0) | (brw > 0))
+        priced = work & has_data
+        wdur = dur[work].sum()
+        frac = float(dur[priced].sum() / wdur) if wdur > 0 else (
+            float(priced.sum() / max(work.sum(), 1)))
+        mode = self.mode
+        if mode == "auto":
+            mode = "roofline" if frac >= 0.5 or self.source is None else "scaled"
+            notes["mode_reason"] = (f"events with flops/bytes cover {frac:.0%} of device-work "
+                                    f"time; {'source ' + self.source.name if self.source else 'no source hardware given'}")
+        notes["mode"] = mode
+        notes["priced_work_events"] = int(priced.sum())
+        notes["unpriced_work_events"] = int((work & ~has_data).sum())
+
+        dtype = events.column("dtype")
+        sub = np.flatnonzero(work)
+        if len(sub):
+            k, f, b, cb = kind[sub], flops[sub], brw[sub], copy_bytes[sub]
+            lk = np.zeros(len(sub), dtype=bool)
+            copies = np.flatnonzero(k == KINDS.index("memcpy"))
+            if len(copies):
+                lk[copies] = is_link_copy(events.column("name").take(pa.array(sub[copies])))
+            dt = dtype.take(pa.array(sub))
+            tc, tf = self._roofline(spec, k, f, b, cb, dt, lk)
+            d = dur[sub]
+            data = has_data[sub]
+            if self.source is not None:
+                # pseudo work for events without data: the kind's peak (compute or memory) ratio
+                gemm = np.isin(k, codes(*GEMM_KINDS))
+                pf = np.where(data, f, np.where(gemm, 1.0, 0.0))
+                pb = np.where(data, b, np.where(gemm, 0.0, 1.0))
+                pcb = np.where(data, cb, 1.0)
+                ptc, ptf = self._roofline(spec, k, pf, pb, pcb, dt, lk)
+                stc, stf = self._roofline(self.source, k, pf, pb, pcb, dt, lk)
+                tt, ts = ptc + ptf, stc + stf
+                ratio = np.divide(tt, ts, out=np.ones_like(tt), where=ts > 0)
+                scaled = d * ratio
+                share = np.divide(ptc, tt, out=np.zeros_like(tt), where=tt > 0)
+                sc_c, sc_f = scaled * share, scaled * (1.0 - share)
+            else:
+                sc_c = np.where(np.isin(k, codes("memcpy", "memset", "embedding")), 0.0, d)
+                sc_f = d - sc_c
+            use_roof = data if mode == "roofline" else np.zeros(len(sub), dtype=bool)
+            compute = np.where(use_roof, tc, sc_c)
+            fetch = np.where(use_roof, tf, sc_f)
+            for name in ("compute", "fetch", "collective", "retry", "host"):
+                getattr(costs, f"{name}_us")[sub] = 0.0
+            costs.compute_us[sub] = compute
+            costs.fetch_us[sub] = fetch
+            if cpu_only:
+                costs.host_us[sub] = float(spec.value("host.kernel_launch_us"))
+
+        # kernel-launch calls follow the target's launch overhead when the source is known
+        if self.source is not None:
+            launch = (kind == KINDS.index("runtime")) & pc.fill_null(
+                pc.match_substring_regex(events.column("name"), "(?i)launch"), False
+            ).to_numpy(zero_copy_only=False)
+            costs.host_us[launch] = dur[launch] * (float(spec.value("host.kernel_launch_us"))
+                                                   / float(self.source.value("host.kernel_launch_us")))
+
+        self._cost_collectives(events, kind, is_dev, cpu_only, costs, notes)
+        notes["overlap_slowdown"] = self.overlap_slowdown()
+        notes["embedding_cache_hit_ratio"] = zipf_hit_ratio(spec)
+        notes["assumed"] = [k for k in self.used_keys() if k in set(spec.assumed())]
+        costs.notes = notes
+        return costs
+
+    def _cost_collectives(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
+                          cpu_only: bool, costs: EventCosts, notes: dict[str, object]) -> None:
+        n = events.num_rows
+        comm = np.isin(kind, codes(*COMM_KINDS)) & (is_dev | cpu_only)
+        idx = np.flatnonzero(comm)
+        rank = _np(events, "rank", np.int64)
+        cap = self.pool_capacity()
+        costs.resource = np.full(n, -1, dtype=np.int32)
+        costs.resource_capacity = np.full(int(rank.max()) + 1 if n else 0, cap, dtype=np.int32)
+        notes["collective_pool"] = {"per": "rank", "capacity": cap,
+                                    "units": "message-engine slots"
+                                    if self.spec.value("comm.path") == "offloaded"
+                                    else "concurrent collectives"}
+        if not len(idx):
+            return
+        take = pa.array(idx)
+        op = coll_mod.op_codes(events.column("coll_op").take(take))
+        bin_ = np.nan_to_num(_np(events, "coll_bytes_in")[idx])
+        bout = np.nan_to_num(_np(events, "coll_bytes_out")[idx])
+        group = _np(events, "group_size", np.int64)[idx]
+        nranks = len(np.unique(rank))
+        group = np.where(group > 0, group, max(nranks, 2))
+        known = (bin_ + bout > 0) | (op == coll_mod.OPS.index("barrier"))
+        notes["unpriced_collectives"] = int((~known).sum())
+        c = coll_mod.collective_costs(self.spec, op, bin_, bout, group)
+        sel = idx[known]
+        for name in ("compute", "fetch", "collective", "retry", "host"):
+            getattr(costs, f"{name}_us")[sel] = 0.0
+        costs.collective_us[sel] = c.collective_us[known]
+        costs.host_us[sel] = c.post_us[known]
+        rng = np.random.default_rng(self.seed)
+        u = rng.random((2, len(idx)))
+        retry = retry_costs(self.spec, self.loss_rate, c.nic_bytes, c.nic_messages, c.nic_bw, u)
+        costs.retry_us[sel] = retry[known]
+        costs.resource[sel] = rank[sel].astype(np.int32)
+        notes["collective_algorithms"] = {
+            a: int(((c.algorithm == code) & known).sum())
+            for code, a in enumerate(("ring/direct", "tree", "hierarchical"))}
+        notes["loss_recovery"] = str(self.spec.value("loss.recovery"))
+        notes["rto_us"] = rto_us(self.spec)
