@@ -1,0 +1,229 @@
+"""Build a one-run report: document blocks for Markdown/HTML, a plain dict for JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import PurePath
+
+import numpy as np
+import pyarrow as pa
+
+from analyzers.report import figures as figs
+from analyzers.report import fmt
+from analyzers.report.document import (Block, Figure, Heading, Items, Paragraph, Table,
+                                       table_from_arrow)
+from analyzers.report.headline import WORDS, Attribution, attribution, findings
+from analyzers.report.run_data import RunData
+from mtia_trace.schema import ATTRIBUTION
+
+MAX_RANK_ROWS = 16
+MAX_STEP_ROWS = 20
+MAX_ANALYSIS_ROWS = 10
+MAX_SPEC_ROWS = 80
+#: run.json keys that name the hardware spec, first match wins.
+SPEC_KEYS = ("hardware_spec", "spec", "hardware")
+
+
+def _np(t: pa.Table, c: str) -> np.ndarray:
+    return t.column(c).to_numpy(zero_copy_only=False)
+
+
+def trace_names(meta: dict) -> list[str]:
+    """Trace file names only: run.json may hold absolute paths, reports must not."""
+    out = []
+    for t in meta.get("traces") or []:
+        p = t.get("path") if isinstance(t, dict) else t
+        if p:
+            out.append(PurePath(str(p)).name)
+    return out
+
+
+def spec_rows(meta: dict) -> list[list[str]]:
+    """(parameter, value, unit, source, confidence) rows from the hardware spec in run.json."""
+    spec = next((meta[k] for k in SPEC_KEYS if isinstance(meta.get(k), dict)), None)
+    rows: list[list[str]] = []
+
+    def walk(prefix: str, node: object) -> None:
+        if isinstance(node, dict) and "value" in node:
+            rows.append([prefix, fmt.cell(node["value"]), str(node.get("unit", "")),
+                         _source(node.get("source", "")), str(node.get("confidence", ""))])
+        elif isinstance(node, dict):
+            for k in node:
+                walk(f"{prefix}.{k}" if prefix else str(k), node[k])
+        elif isinstance(node, list) and not all(isinstance(x, int | float | str) for x in node):
+            for i, x in enumerate(node):
+                walk(f"{prefix}[{i}]", x)
+        else:
+            rows.append([prefix, fmt.cell(node) if not isinstance(node, list)
+                         else ", ".join(map(str, node)), "", "", ""])
+
+    if spec is not None:
+        walk("", spec)
+    return rows
+
+
+def _source(src: object) -> str:
+    text = str(src)
+    return text if len(text) <= 90 else text[:89] + "…"
+
+
+def assumptions(meta: dict) -> list[str]:
+    a = meta.get("assumptions") or []
+    if isinstance(a, dict):
+        return [f"{k}: {v}" for k, v in a.items()]
+    return [str(x) for x in a]
+
+
+def attribution_table(a: Attribution) -> Table:
+    rows = [[c, fmt.us(a.per_step_us[c]), fmt.pct(a.share(c)), fmt.us(a.busy_per_step_us[c])]
+            for c in ATTRIBUTION]
+    rows.append(["**total**", fmt.us(a.step_us), fmt.pct(1.0 if a.step_us else float("nan")), ""])
+    return Table(["component", "exposed µs / rank-step", "share of step", "busy µs / rank-step"],
+                 rows, ["l", "r", "r", "r"])
+
+
+def _grouped_table(steps: pa.Table, key: str, limit: int) -> Table:
+    g = steps.group_by(key).aggregate(
+        [("total_us", "mean")] + [(f"{c}_us", "mean") for c in ATTRIBUTION]
+        + [("collective_wait_us", "mean")]).sort_by(key)
+    rows = [[str(r[key]), fmt.us(r["total_us_mean"])] + [fmt.us(r[f"{c}_us_mean"]) for c in ATTRIBUTION]
+            + [fmt.us(r["collective_wait_us_mean"])] for r in g.slice(0, limit).to_pylist()]
+    note = f"showing {min(limit, g.num_rows)} of {g.num_rows} {key}s" if g.num_rows > limit else ""
+    return Table([key, "step µs"] + list(ATTRIBUTION) + ["coll. wait"], rows,
+                 ["r"] * (len(ATTRIBUTION) + 3), note)
+
+
+def collectives_table(run: RunData) -> Table | None:
+    c = run.collectives
+    if c.num_rows == 0:
+        return None
+    g = c.group_by(["coll_op", "pg"]).aggregate(
+        [("coll_seq", "count"), ("bytes", "mean"), ("transfer_us", "mean"), ("skew_us", "mean"),
+         ("skew_us", "max"), ("queue_us", "mean"), ("retry_us", "mean")])
+    g = g.sort_by([("transfer_us_mean", "descending"), ("coll_op", "ascending"), ("pg", "ascending")])
+    rows = [[str(r["coll_op"]), str(r["pg"]), str(r["coll_seq_count"]), fmt.nbytes(r["bytes_mean"]),
+             fmt.us(r["transfer_us_mean"]), fmt.us(r["skew_us_mean"]), fmt.us(r["skew_us_max"]),
+             fmt.us(r["queue_us_mean"]), fmt.us(r["retry_us_mean"])] for r in g.to_pylist()]
+    return Table(["op", "pg", "count", "bytes / rank", "transfer µs", "mean skew µs",
+                  "max skew µs", "queue µs", "retry µs"], rows,
+                 ["l", "l", "r", "r", "r", "r", "r", "r", "r"])
+
+
+def _overview(run: RunData, a: Attribution) -> str:
+    mode = (run.meta.get("options") or {}).get("mode")
+    traces = trace_names(run.meta)
+    parts = [f"Hardware **{run.hardware}**"]
+    if mode:
+        parts.append(f"mode {mode}")
+    parts.append(f"{a.ranks} ranks × {a.steps} steps")
+    if traces:
+        shown = ", ".join(f"`{t}`" for t in traces[:4])
+        parts.append("trace " + shown + (f" and {len(traces) - 4} more" if len(traces) > 4 else ""))
+    return " · ".join(parts) + "."
+
+
+def _step_sentence(a: Attribution) -> str:
+    text = (f"Step time **{fmt.us(a.step_us)} µs** (mean over ranks and steps; "
+            f"min {fmt.us(a.step_min_us)}, max {fmt.us(a.step_max_us)})")
+    if a.measured_us > 0 and not np.isnan(a.measured_us):
+        text += (f"; measured in the trace {fmt.us(a.measured_us)} µs "
+                 f"(replayed / measured {fmt.ratio(a.step_us / a.measured_us)})")
+    return text + "."
+
+
+def build_report(run: RunData, *, with_figures: bool = True,
+                 progress: Callable[[str], None] | None = None) -> list[Block]:
+    """The report's blocks; figures are rendered only when ``with_figures``."""
+    tick = progress or (lambda _msg: None)
+    a = attribution(run)
+    blocks: list[Block] = [Heading(1, f"mtia-trace report: {run.name}"),
+                           Paragraph(_overview(run, a))]
+    blocks += [Heading(2, "Headline"), Paragraph(_step_sentence(a))]
+    if a.rank_steps == 0:
+        blocks.append(Paragraph("The run has no steps; nothing to attribute."))
+    found = findings(run, a)
+    if found:
+        blocks += [Heading(3, "Top bottlenecks"),
+                   Items([f"{f.text}. Try: {f.hint}." for f in found[:3]], ordered=True)]
+    blocks += [Heading(3, "Where the time went"), attribution_table(a),
+               Paragraph("Exposed time is on the critical path and sums to the step time; busy "
+                         "time counts all work of a component, including work hidden under "
+                         "other work.")]
+    if with_figures:
+        tick("figures")
+        png = figs.attribution_bars(run)
+        if png:
+            blocks.append(Figure("Step-time attribution per step and per rank.", png))
+        tl = figs.step_timeline(run)
+        if tl:
+            blocks.append(Figure(f"Replayed timeline of step {tl[1]} across ranks and streams.",
+                                 tl[0]))
+        png = figs.busy_vs_exposed(run)
+        if png:
+            blocks.append(Figure("Busy vs exposed time per component.", png))
+    if a.rank_steps:
+        blocks += [Heading(2, "Per rank"), _grouped_table(run.steps, "rank", MAX_RANK_ROWS),
+                   Heading(2, "Per step"), _grouped_table(run.steps, "step", MAX_STEP_ROWS)]
+    ct = collectives_table(run)
+    if ct:
+        blocks += [Heading(2, "Collectives"), ct]
+    if run.analyses:
+        tick("analyses")
+        blocks.append(Heading(2, "Analyses"))
+        for name in sorted(run.analyses):
+            table = run.analyses[name]
+            if "run" in table.column_names:
+                table = table.drop_columns(["run"])
+            blocks += [Heading(3, name), table_from_arrow(table, limit=MAX_ANALYSIS_ROWS)]
+    blocks += _hardware_blocks(run)
+    return blocks
+
+
+def _hardware_blocks(run: RunData) -> list[Block]:
+    out: list[Block] = [Heading(2, "Hardware and assumptions")]
+    rows = spec_rows(run.meta)
+    if rows:
+        note = f"showing {MAX_SPEC_ROWS} of {len(rows)} parameters" if len(rows) > MAX_SPEC_ROWS else ""
+        out.append(Table(["parameter", "value", "unit", "source", "confidence"],
+                         rows[:MAX_SPEC_ROWS], ["l", "r", "l", "l", "l"], note))
+    else:
+        out.append(Paragraph(f"Hardware **{run.hardware}**; run.json records no spec details."))
+    opts = run.meta.get("options") or {}
+    if opts:
+        out.append(Paragraph("Options: " + ", ".join(f"`{k}={v}`" for k, v in sorted(opts.items()))
+                             + "."))
+    a = assumptions(run.meta)
+    if a:
+        out += [Paragraph("Assumptions:"), Items(a)]
+    return out
+
+
+def report_dict(run: RunData) -> dict:
+    """Everything the report says, as plain data for machines."""
+    a = attribution(run)
+    steps = run.steps
+    per_rank = steps.group_by("rank").aggregate(
+        [("total_us", "mean")] + [(f"{c}_us", "mean") for c in ATTRIBUTION]).sort_by("rank")
+    return {
+        "run": run.name,
+        "hardware": run.hardware,
+        "tool_version": run.meta.get("tool_version"),
+        "traces": trace_names(run.meta),
+        "ranks": a.ranks,
+        "steps": a.steps,
+        "step_time_us": {"mean": a.step_us, "min": a.step_min_us, "max": a.step_max_us,
+                         "measured_mean": a.measured_us},
+        "attribution_us_per_rank_step": a.per_step_us,
+        "attribution_share": {c: a.share(c) for c in ATTRIBUTION},
+        "busy_us_per_rank_step": a.busy_per_step_us,
+        "collective_wait_us_per_rank_step": a.collective_wait_us,
+        "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
+                         "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],
+        "per_rank": [{"rank": r["rank"], "step_us": r["total_us_mean"],
+                      **{c: r[f"{c}_us_mean"] for c in ATTRIBUTION}}
+                     for r in per_rank.to_pylist()],
+        "analyses": {name: t.to_pylist() for name, t in sorted(run.analyses.items())},
+        "components": {c: WORDS[c] for c in ATTRIBUTION},
+        "assumptions": assumptions(run.meta),
+        "options": run.meta.get("options") or {},
+    }

@@ -1,0 +1,62 @@
+"""A run as the renderers see it: the stored tables, run.json and the analyzers' results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from mtia_trace import storage
+
+
+@dataclass
+class RunData:
+    name: str
+    meta: dict
+    events: pa.Table
+    edges: pa.Table
+    steps: pa.Table
+    collectives: pa.Table
+    summary: pa.Table
+    #: analyzer name -> result table (empty when no analyzers are registered)
+    analyses: dict[str, pa.Table] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def hardware(self) -> str:
+        hw = self.meta.get("hardware")
+        if isinstance(hw, dict):
+            return str(hw.get("name", "?"))
+        return str(hw) if hw else "as-measured"
+
+
+def _analyzer_tables(run: storage.Run) -> dict[str, pa.Table]:
+    """Every registered analyzer's table over ``run``; empty when analyzers aren't available."""
+    try:
+        from analyzers import ANALYZERS  # type: ignore[attr-defined]
+    except ImportError:
+        return {}
+    from mtia_trace.runs import connect
+
+    con = connect([run])
+    try:
+        return {name: mod.run(con) for name, mod in ANALYZERS.items()}
+    finally:
+        con.close()
+
+
+def load_run(path: str | Path, *, analyses: bool = True) -> RunData:
+    """Read a run directory (raises `RunNotFoundError` for anything that isn't one)."""
+    run = storage.open_run(path)
+    tables = {name: run.read(name) for name in storage.TABLES}
+    return RunData(name=run.name, meta=dict(run.meta), path=run.path,
+                   analyses=_analyzer_tables(run) if analyses else {}, **tables)
+
+
+def run_from_result(result: object, *, name: str, meta: dict | None = None) -> RunData:
+    """A `RunData` from an in-memory `replay.result.ReplayResult` (no analyzers)."""
+    meta = dict(meta or {})
+    meta.setdefault("hardware", getattr(result, "hardware", "as-measured"))
+    return RunData(name=name, meta=meta,
+                   **{t: getattr(result, t) for t in storage.TABLES})

@@ -1,0 +1,93 @@
+"""`mtia-trace compare`: two runs (or one trace on two hardware specs) side by side, for CI."""
+
+from __future__ import annotations
+
+import tempfile
+from enum import Enum
+from pathlib import Path
+
+import orjson
+import typer
+
+from analyzers.report.compare import (METRICS, check_metric, compare_dict, compare_runs,
+                                      parse_threshold, render_compare_markdown)
+from analyzers.report.run_data import RunData, load_run
+from mtia_trace.cli.report_cmd import FORCE_OPTION, QUIET_OPTION, write_output
+from mtia_trace.errors import BaselineMissingError, UsageError
+from mtia_trace.progress import Progress
+
+
+class CompareFormat(str, Enum):
+    md = "md"
+    json = "json"
+
+
+def _load_baseline(path: Path) -> RunData:
+    if not path.exists():
+        raise BaselineMissingError(
+            f"{path}: baseline run not found; write it first with `mtia-trace replay ... --out "
+            f"{path}` (or restore it from the baseline artifact)")
+    return load_run(path)
+
+
+def _replay_pair(trace: Path, hws: list[str], progress: Progress) -> tuple[RunData, RunData]:
+    """Replay ``trace`` once per hardware spec into a temporary folder and load both runs."""
+    from mtia_trace.pipeline import replay_trace  # the `replay` command's library function
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="mtia-trace-compare-") as tmp:
+        for hw in hws:
+            progress.update(f"replaying on {hw}", advance=0)
+            out = Path(tmp) / hw
+            replay_trace(trace, hw=hw, out=out)
+            runs.append(load_run(out))
+    return runs[0], runs[1]
+
+
+def compare(
+    inputs: list[Path] = typer.Argument(
+        ..., metavar="BASELINE NEW | TRACE",
+        help="Two run directories, baseline first; or one trace with two --hw."),
+    hw: list[str] = typer.Option(
+        [], "--hw", help="With one TRACE: replay it on this spec (give twice; first is the "
+                         "baseline)."),
+    metric: str = typer.Option("step_time", "--metric",
+                               help=f"Metric that gates: {', '.join(METRICS)}."),
+    threshold: str = typer.Option("5%", "--threshold",
+                                  help="Regression when the metric grows by more than this."),
+    fmt: CompareFormat = typer.Option(CompareFormat.md, "--format", "-f", help="Output format."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
+    force: bool = FORCE_OPTION,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Compare two runs: per-component deltas and ratios, largest changes first.
+
+    Exit codes: 0 no regression, 1 the metric regressed past --threshold, 2 bad input,
+    3 baseline run missing. Markdown fits a CI job summary ($GITHUB_STEP_SUMMARY).
+
+    Example: mtia-trace compare runs/main runs/pr --threshold 5% >> "$GITHUB_STEP_SUMMARY"
+    """
+    check_metric(metric)
+    limit = parse_threshold(threshold)
+    with Progress("compare", quiet=quiet) as p:
+        if len(inputs) == 2 and not hw:
+            base = _load_baseline(inputs[0])
+            p.update("reading runs", advance=0)
+            new = load_run(inputs[1])
+        elif len(inputs) == 1 and len(hw) == 2:
+            if not inputs[0].exists():
+                raise UsageError(f"{inputs[0]}: trace not found; pass a Kineto trace file or "
+                                 "folder to replay on both --hw specs")
+            base, new = _replay_pair(inputs[0], hw, p)
+        else:
+            raise UsageError(
+                f"compare: got {len(inputs)} path(s) and {len(hw)} --hw; pass BASELINE NEW "
+                "(two runs) or TRACE --hw A --hw B")
+        result = compare_runs(base, new, metric=metric, threshold=limit)
+    if fmt is CompareFormat.json:
+        text = (orjson.dumps(compare_dict(result), option=orjson.OPT_INDENT_2) + b"\n").decode()
+    else:
+        text = render_compare_markdown(result)
+    write_output(text, output, force=force)
+    if result.regressed:
+        raise typer.Exit(1)

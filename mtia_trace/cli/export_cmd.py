@@ -1,0 +1,33 @@
+"""`mtia-trace export`: a replayed run as Chrome-trace JSON for Perfetto."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from analyzers.report.perfetto import write_perfetto
+from analyzers.report.run_data import load_run
+from mtia_trace.cli.report_cmd import FORCE_OPTION, QUIET_OPTION
+from mtia_trace.progress import Progress
+
+
+def export(
+    run: Path = typer.Argument(..., help="Run directory written by `mtia-trace replay`."),
+    perfetto: Path = typer.Option(..., "--perfetto",
+                                  help="Write the replayed timeline here as Chrome-trace JSON."),
+    force: bool = FORCE_OPTION,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Export the replayed timeline for Perfetto (ui.perfetto.dev) or chrome://tracing.
+
+    One process per rank, one thread per host thread or device stream, flow arrows for launches
+    and collectives; each slice's args carry its cost components and attribution component.
+
+    Example: mtia-trace export runs/demo-mtia300 --perfetto demo.json
+    """
+    with Progress("export", total=2, quiet=quiet) as p:
+        p.update("reading run")
+        data = load_run(run, analyses=False)
+        p.update("writing")
+        write_perfetto(data, perfetto, force=force)

@@ -1,0 +1,70 @@
+"""`mtia-trace report`: one run as Markdown, self-contained HTML or JSON."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import orjson
+import typer
+
+from analyzers.report.build import build_report, report_dict
+from analyzers.report.render_html import render_html
+from analyzers.report.render_markdown import render_markdown
+from analyzers.report.run_data import load_run
+from mtia_trace.errors import RunExistsError, UsageError
+from mtia_trace.progress import Progress
+
+
+class ReportFormat(str, Enum):
+    md = "md"
+    html = "html"
+    json = "json"
+
+
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress output on a terminal.")
+FORCE_OPTION = typer.Option(False, "--force", help="Overwrite the output file if it exists.")
+
+
+def write_output(text: str | bytes, output: Path | None, *, force: bool) -> None:
+    """Write to ``output`` (refusing to overwrite without ``force``) or to stdout."""
+    data = text.encode() if isinstance(text, str) else text
+    if output is None:
+        typer.echo(data.decode(), nl=False)
+        return
+    if output.exists() and not force:
+        raise RunExistsError(f"{output}: already exists; pass --force to overwrite it")
+    try:
+        output.write_bytes(data)
+    except OSError as exc:
+        raise UsageError(f"{output}: cannot write ({exc.strerror}); pick another -o path") from None
+
+
+def report(
+    run: Path = typer.Argument(..., help="Run directory written by `mtia-trace replay`."),
+    fmt: ReportFormat = typer.Option(ReportFormat.md, "--format", "-f", help="Output format."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
+    force: bool = FORCE_OPTION,
+    quiet: bool = QUIET_OPTION,
+) -> None:
+    """Render one run: step time, attribution, top bottlenecks, analyzer tables, hardware used.
+
+    HTML adds figures (attribution per step and rank, a timeline of one step, busy vs exposed)
+    embedded in one file that opens without network access.
+
+    Example: mtia-trace report runs/demo-mtia300 --format html -o report.html
+    """
+    with Progress("report", total=3, quiet=quiet) as p:
+        p.update("reading run")
+        data = load_run(run)
+        p.update("analyzing")
+        if fmt is ReportFormat.json:
+            text: str | bytes = orjson.dumps(report_dict(data), option=orjson.OPT_INDENT_2
+                                             | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        else:
+            blocks = build_report(data, with_figures=fmt is ReportFormat.html,
+                                  progress=lambda msg: p.update(msg, advance=0))
+            text = (render_html(blocks, title=f"mtia-trace report: {data.name}")
+                    if fmt is ReportFormat.html else render_markdown(blocks))
+        p.update("writing")
+    write_output(text, output, force=force)

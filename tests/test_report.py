@@ -1,0 +1,125 @@
+"""`report`: golden Markdown for the fixed sample run, the headline's numbers, the CLI, progress."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+import report_sample
+
+from analyzers.report.build import build_report, report_dict
+from analyzers.report.headline import attribution, findings
+from analyzers.report.render_markdown import render_markdown
+from analyzers.report.run_data import load_run, run_from_result
+from mtia_trace.cli import main
+from mtia_trace.progress import Progress
+from mtia_trace.schema import ATTRIBUTION
+
+GOLDEN = Path(__file__).parent / "golden" / "report_sample.md"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return report_sample.write_run(report_sample.build_run(),
+                                   tmp_path_factory.mktemp("runs") / "sample")
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_golden_markdown(run_dir: Path, update_golden: bool) -> None:
+    # GIVEN the fixed sample run, without the analyzers (their tables have their own goldens)
+    text = render_markdown(build_report(load_run(run_dir, analyses=False), with_figures=False))
+    # THEN it is deterministic and leaks no absolute paths
+    assert str(run_dir) not in text and "/abs/path" not in text
+    if update_golden:
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "report changed; rerun with --update-golden and review"
+
+
+def test_attribution_sums_to_step_time() -> None:
+    a = attribution(run_from_result(report_sample.build_run(), name="s"))
+    assert sum(a.per_step_us.values()) == pytest.approx(a.step_us, rel=1e-9)
+    assert a.ranks == 4 and a.steps == 3 and a.collective_wait_us == pytest.approx(112.5)
+
+
+def test_headline_names_the_collective_and_the_straggler() -> None:
+    run = run_from_result(report_sample.build_run(late_us=600.0), name="late")
+    found = findings(run)
+    keys = [f.key for f in found]
+    assert keys[0] == "collective"
+    assert "all_to_all on pg 0" in found[0].text
+    straggler = found[keys.index("straggler")]
+    assert "1 of 4 ranks arrive late" in straggler.text and "600.0 µs" in straggler.text
+    assert "rank 3 last in 3 of 6" in straggler.text
+    assert [f.us_per_step for f in found] == sorted((f.us_per_step for f in found), reverse=True)
+
+
+def test_no_straggler_when_ranks_arrive_together() -> None:
+    run = run_from_result(report_sample.build_run(late_us=0.0), name="even")
+    assert "straggler" not in [f.key for f in findings(run)]
+
+
+def test_full_report_has_a_section_per_analyzer(run_dir: Path) -> None:
+    from analyzers import ANALYZERS
+
+    text = render_markdown(build_report(load_run(run_dir), with_figures=False))
+    for name in ANALYZERS:
+        assert f"\n### {name}\n" in text
+
+
+def test_json_report_matches_the_attribution(run_dir: Path) -> None:
+    d = report_dict(load_run(run_dir))
+    parts = d["attribution_us_per_rank_step"]
+    assert list(parts) == list(ATTRIBUTION)
+    assert sum(parts.values()) == pytest.approx(d["step_time_us"]["mean"])
+    assert len(d["bottlenecks"]) == 3 and len(d["per_rank"]) == 4
+
+
+def test_cli_markdown_and_json(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(["report", str(run_dir), "--quiet"], capsys)
+    assert code == 0 and out.startswith("# mtia-trace report: sample") and err == ""
+    code, out, _ = cli(["report", str(run_dir), "--format", "json"], capsys)
+    assert code == 0 and orjson.loads(out)["ranks"] == 4
+
+
+def test_cli_writes_file_and_refuses_to_overwrite(run_dir: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "r.md"
+    assert cli(["report", str(run_dir), "-o", str(dest)], capsys)[0] == 0
+    assert dest.read_text().startswith("# mtia-trace report")
+    code, _, err = cli(["report", str(run_dir), "-o", str(dest)], capsys)
+    assert code == 2 and err.startswith("mtia-trace: error:") and "--force" in err
+    assert cli(["report", str(run_dir), "-o", str(dest), "--force"], capsys)[0] == 0
+
+
+def test_cli_missing_run_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(["report", str(tmp_path / "nope")], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "does not exist" in err
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("stream", "quiet", "shown"),
+                         [(_Tty(), False, True), (_Tty(), True, False), (io.StringIO(), False, False)],
+                         ids=["terminal", "quiet", "pipe"])
+def test_progress_only_on_a_terminal(stream: io.StringIO, quiet: bool, shown: bool) -> None:
+    with Progress("replay", total=2, quiet=quiet, stream=stream) as p:
+        p.update("h100")
+        p.update("mtia300")
+    written = stream.getvalue()
+    assert ("replay [2/2] mtia300" in written) is shown
+    assert written == "" if not shown else written.endswith("\r")
