@@ -1,0 +1,149 @@
+"""Per rank and step, every microsecond of the step's replayed wall time in exactly one category.
+
+A step's window is its ``ProfilerStep#N`` annotation on that rank (replayed start to end); without
+one, the span of the step's events; a trace without steps is one step (-1) per rank. The window is
+attributed by walking the critical path back from the window's end (`critical_path.walk`).
+`check_attribution` verifies the invariant; `replay_events` runs it on every replay.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mtia_trace import schema
+from replay.critical_path import CAT, NCAT, PathTables, Walk, walk
+from replay.graph import Graph
+from replay.scheduler import Schedule
+
+REL_TOL = 1e-6
+
+
+class AttributionError(AssertionError):
+    """The attribution parts of a step do not add up to its wall time (a bug)."""
+
+
+def check_attribution(steps: pa.Table, rel_tol: float = REL_TOL) -> None:
+    """Raise when any (rank, step)'s categories do not sum to its total_us."""
+    if steps.num_rows == 0:
+        return
+    total = steps.column("total_us").to_numpy()
+    parts = sum(steps.column(f"{a}_us").to_numpy() for a in schema.ATTRIBUTION)
+    neg = np.zeros(len(total), dtype=bool)
+    for a in schema.ATTRIBUTION:
+        neg |= steps.column(f"{a}_us").to_numpy() < -rel_tol * np.maximum(np.abs(total), 1.0)
+    bad = (np.abs(parts - total) > rel_tol * np.maximum(np.abs(total), 1.0)) | neg
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        rank = steps.column("rank")[i].as_py()
+        step = steps.column("step")[i].as_py()
+        detail = ", ".join(f"{a}={steps.column(f'{a}_us')[i].as_py():.6f}"
+                           for a in schema.ATTRIBUTION)
+        raise AttributionError(
+            f"rank {rank} step {step}: parts sum to {parts[i]:.6f} us but the step took "
+            f"{total[i]:.6f} us ({detail})")
+
+
+def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int, float, float, int, float]]:
+    """(rank, step, window start, window end, end point id, measured us) per rank and step."""
+    rank = events.column("rank").to_numpy()
+    step = events.column("step").to_numpy()
+    name = events.column("name").to_numpy(zero_copy_only=False).astype(str)
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    ts = events.column("ts_us").to_numpy() - g.t0
+    dur = events.column("dur_us").to_numpy()
+    T = s.T
+    start, end = T[0::2], T[1::2]
+    out = []
+    marks = np.flatnonzero(~is_dev & (np.char.find(name, "ProfilerStep#") == 0))
+    seen: set[tuple[int, int]] = set()
+    for i in marks.tolist():  # steps: few
+        try:
+            n = int(name[i].split("#", 1)[1])
+        except ValueError:
+            continue
+        key = (int(rank[i]), n)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((key[0], n, float(start[i]), float(end[i]), 2 * i + 1, float(dur[i])))
+    for r in np.unique(rank).tolist():
+        mine = rank == r
+        steps_r = np.unique(step[mine])
+        has_steps = (steps_r >= 0).any()
+        for st in steps_r.tolist():
+            if (r, st) in seen or (has_steps and st < 0):
+                continue
+            sel = np.flatnonzero(mine & (step == st))
+            last = sel[np.argmax(end[sel])]
+            meas = float((ts[sel] + dur[sel]).max() - ts[sel].min())
+            out.append((int(r), int(st), float(start[sel].min()), float(end[last]),
+                        2 * int(last) + 1, meas))
+    out.sort()
+    return out
+
+
+def attribute_steps(events: pa.Table, g: Graph, s: Schedule, pt: PathTables
+                    ) -> tuple[pa.Table, list[Walk]]:
+    """The steps table (schema.STEPS_SCHEMA) and the walks behind it."""
+    rank_of = events.column("rank").to_numpy()
+    rows: dict[str, list[object]] = {f.name: [] for f in schema.STEPS_SCHEMA}
+    walks: list[Walk] = []
+    for r, st, ws, we, p, meas in step_windows(events, g, s):
+        wk = walk(g, s, pt, p, ws)
+        walks.append(wk)
+        parts = wk.parts.copy()
+        total = we - ws
+        rows["rank"].append(r)
+        rows["step"].append(st)
+        rows["start_us"].append(ws + g.t0)
+        rows["end_us"].append(we + g.t0)
+        rows["total_us"].append(total)
+        rows["measured_us"].append(meas)
+        for a in schema.ATTRIBUTION:
+            rows[f"{a}_us"].append(float(parts[CAT[a]]))
+        rows["collective_wait_us"].append(wk.coll_wait)
+        strag = -1
+        if wk.late_wait:
+            by_rank: dict[int, float] = {}
+            for e, wt in wk.late_wait.items():
+                rr = int(rank_of[e])
+                by_rank[rr] = by_rank.get(rr, 0.0) + wt
+            strag = max(by_rank, key=lambda k: by_rank[k])
+            if strag == r or by_rank[strag] <= 0:
+                strag = -1
+        rows["straggler_rank"].append(strag)
+    return pa.Table.from_pydict(rows, schema=schema.STEPS_SCHEMA), walks
+
+
+def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
+              steps: pa.Table) -> pa.Table:
+    """Busy (leaf events, overlapped or not) vs exposed (critical-path) time per rank/component."""
+    rank = events.column("rank").to_numpy()
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    leaf = np.zeros(g.n, dtype=bool)
+    leaf[g.order[g.leaf_end] // 2] = True
+    leaf |= is_dev
+    ranks = np.unique(rank)
+    srank = steps.column("rank").to_numpy()
+    rows: dict[str, list[object]] = {f.name: [] for f in schema.SUMMARY_SCHEMA}
+    for r in ranks.tolist():  # ranks: few
+        mine = (rank == r) & leaf
+        sel = srank == r
+        for a in schema.ATTRIBUTION:
+            if a in comps:
+                busy = float(comps[a][mine].sum())
+            elif a == "queue":
+                busy = float(s.queue[rank == r].sum())
+            else:
+                busy = 0.0
+            rows["rank"].append(r)
+            rows["component"].append(a)
+            rows["busy_us"].append(busy)
+            rows["exposed_us"].append(float(steps.column(f"{a}_us").to_numpy()[sel].sum()))
+            rows["steps"].append(int(sel.sum()))
+    return pa.Table.from_pydict(rows, schema=schema.SUMMARY_SCHEMA)
+
+
+__all__ = ["check_attribution", "attribute_steps", "summarize", "step_windows",
+           "AttributionError", "NCAT"]

@@ -1,0 +1,202 @@
+"""Critical paths, walked backward from a point along the bindings the scheduler recorded.
+
+Each point's time is reached by a *segment* from the point that bound it. A segment carries one
+attribution category (schema.ATTRIBUTION) or, for an event's own duration, the event's cost split:
+
+- an event's own duration (leaf end after its start): its cost components;
+- a host chain gap (parent self time, Python overhead, data loading) and a launch edge's lag
+  (launch → kernel latency) and a sync call's return latency: ``host``;
+- a device ready lag after its stream predecessor or a cross-stream wait: ``idle``;
+- waiting for the last rank of a collective: ``collective`` (and counted as collective wait);
+- waiting for a busy resource pool: ``queue``;
+- before a host track's first point (no binding): ``idle``.
+
+Runs of points bound by their track predecessor are summed with prefix sums, so the Python loop
+only runs once per cross-track hop on the path. Per-rank walks stay on the rank: at a collective
+they account the wait and continue from the rank's own arrival.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mtia_trace import schema
+from replay.graph import EDGE_CODE, Graph
+from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule
+
+CAT = {c: i for i, c in enumerate(schema.ATTRIBUTION)}
+NCAT = len(schema.ATTRIBUTION)
+
+
+@dataclass
+class PathTables:
+    """Per-position segment contributions and their prefix sums (categories x positions)."""
+
+    contrib: np.ndarray     # (NCAT, npos): chain segment ending at each pure position
+    cum: np.ndarray         # (NCAT, npos + 1): cum[:, k] = contrib[:, :k].sum(1)
+    frac: np.ndarray        # (NCAT, n): per-event cost split (fractions summing to 1)
+    run_start: np.ndarray   # per position: the last position <= it that is not chain-bound
+    tpos: np.ndarray        # per position: time
+
+
+def _event_fractions(comps: dict[str, np.ndarray], n: int) -> np.ndarray:
+    frac = np.zeros((NCAT, n))
+    total = np.zeros(n)
+    for c in ("compute", "fetch", "collective", "retry", "host"):
+        frac[CAT[c]] = comps[c]
+        total += comps[c]
+    nz = total > 0
+    frac[:, nz] /= total[nz]
+    frac[CAT["host"], ~nz] = 1.0  # zero-length: any category, the segment is empty
+    return frac
+
+
+def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTables:
+    order = g.order
+    npos = len(order)
+    frac = _event_fractions(comps, g.n)
+    tpos = s.T[order]
+    seg = np.zeros(npos)
+    seg[1:] = tpos[1:] - tpos[:-1]
+    pure = s.bound[order] == BOUND_CHAIN
+    seg[~pure] = 0.0
+    dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
+    is_end = (order % 2) == 1
+    own = (g.leaf_end | (dev_pos & is_end))
+    contrib = np.zeros((NCAT, npos))
+    ev = order // 2
+    contrib[:, own] = frac[:, ev[own]] * seg[own]
+    contrib[CAT["idle"], dev_pos & ~is_end] = seg[dev_pos & ~is_end]
+    contrib[CAT["host"], ~dev_pos & ~own] = seg[~dev_pos & ~own]
+    cum = np.zeros((NCAT, npos + 1))
+    np.cumsum(contrib, axis=1, out=cum[:, 1:])
+    idx = np.where(~pure, np.arange(npos), 0)
+    run_start = np.maximum.accumulate(idx) if npos else idx
+    return PathTables(contrib=contrib, cum=cum, frac=frac, run_start=run_start, tpos=tpos)
+
+
+def _edge_category(g: Graph, bound: int, p: int) -> int:
+    if bound == EDGE_CODE["launch"]:
+        return CAT["host"]
+    if bound == EDGE_CODE["sync"]:
+        return CAT["host"] if p % 2 == 1 else CAT["idle"]
+    return CAT["idle"]
+
+
+@dataclass
+class Walk:
+    parts: np.ndarray        # (NCAT,) time per category
+    coll_wait: float
+    late_wait: dict[int, float]  # late event id -> wait it caused
+    ranges: list[tuple[int, int]]  # position ranges [lo, hi] on the path
+    points: list[int]         # single points on the path (cross-track hops)
+
+
+def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
+    """Walk back from point ``p`` to time ``ws``; every us of [ws, T[p]] lands in one category."""
+    parts = np.zeros(NCAT)
+    late: dict[int, float] = {}
+    ranges: list[tuple[int, int]] = []
+    points: list[int] = []
+    cw = 0.0
+    T = s.T
+    own_bound, own_src, peer = s.own_bound, s.own_src, s.peer_ready
+    assert own_bound is not None and own_src is not None and peer is not None
+    guard = 0
+    while p >= 0 and T[p] > ws:
+        guard += 1
+        assert guard < 10 * len(T) + 10, "critical-path walk does not terminate"
+        k = int(s.pos[p])
+        b = int(s.bound[p])
+        if b == BOUND_CHAIN:
+            q = int(pt.run_start[k])
+            tq = pt.tpos[q]
+            if tq >= ws:
+                parts += pt.cum[:, k + 1] - pt.cum[:, q + 1]
+                ranges.append((q + 1, k))
+                p = int(g.order[q])
+                continue
+            # the window starts inside this run: clip the straddling segment
+            j = q + 1 + int(np.searchsorted(pt.tpos[q + 1:k + 1], ws, side="right"))
+            parts += pt.cum[:, k + 1] - pt.cum[:, j + 1]
+            seg = pt.tpos[j] - pt.tpos[j - 1]
+            if seg > 0:
+                parts += pt.contrib[:, j] * ((pt.tpos[j] - ws) / seg)
+            ranges.append((j, k))
+            break
+        points.append(p)
+        t = T[p]
+        # queueing for a resource, then waiting for peers, then the own binding
+        if b == BOUND_RESOURCE or t > peer[p]:
+            q_start = max(peer[p], ws)
+            parts[CAT["queue"]] += max(t - q_start, 0.0)
+            t = peer[p]
+            if t <= ws:
+                break
+        if peer[p] > s.ready[p]:
+            lo = max(s.ready[p], ws)
+            wait = t - lo
+            parts[CAT["collective"]] += wait
+            cw += wait
+            src = int(s.bound_src[p])
+            if src >= 0:
+                late[src // 2] = late.get(src // 2, 0.0) + wait
+            t = s.ready[p]
+            if t <= ws:
+                break
+        ob = int(own_bound[p])
+        src = int(own_src[p])
+        if ob == BOUND_CHAIN:
+            # a single chain segment into p (p itself is not pure because it waited)
+            prev_t = pt.tpos[k - 1]
+            lo = max(prev_t, ws)
+            ev = p // 2
+            dev = bool(g.track_is_device[np.searchsorted(g.track_ptr, k, side="right") - 1])
+            if p % 2 == 1 and (dev or g.leaf_end[k]):
+                parts += pt.frac[:, ev] * (t - lo)
+            else:
+                parts[CAT["idle"] if dev else CAT["host"]] += t - lo
+            p = int(g.order[k - 1])
+            continue
+        if src < 0:
+            parts[CAT["idle"]] += t - ws
+            break
+        lo = max(T[src], ws)
+        parts[_edge_category(g, ob, p)] += t - lo
+        p = src
+    return Walk(parts=parts, coll_wait=cw, late_wait=late, ranges=ranges, points=points)
+
+
+def mark_critical(g: Graph, walks: list[Walk]) -> np.ndarray:
+    """Per event: true when one of its points lies on one of the walked paths."""
+    npos = len(g.order)
+    diff = np.zeros(npos + 1, dtype=np.int64)
+    for w in walks:
+        for lo, hi in w.ranges:
+            diff[lo] += 1
+            diff[hi + 1] -= 1
+    on = np.cumsum(diff[:-1]) > 0
+    crit = np.zeros(g.n, dtype=bool)
+    crit[g.order[on] // 2] = True
+    for w in walks:
+        if w.points:
+            crit[np.asarray(w.points) // 2] = True
+    return crit
+
+
+def run_critical_path(g: Graph, s: Schedule) -> np.ndarray:
+    """Event ids on the run's critical path, last first: from the latest end across all ranks,
+    following each point's binding (crossing ranks at the last arrival of a collective)."""
+    if g.n == 0:
+        return np.zeros(0, dtype=np.int64)
+    p = int(np.argmax(s.T))
+    out: list[int] = []
+    for _ in range(len(s.T) + 1):
+        if p < 0:
+            break
+        if not out or out[-1] != p // 2:
+            out.append(p // 2)
+        p = int(s.bound_src[p])
+    return np.asarray(out, dtype=np.int64)

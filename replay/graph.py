@@ -1,0 +1,411 @@
+"""The dependency graph of a trace, built from the canonical events table.
+
+Every event has a start point and an end point (point id ``2*i`` and ``2*i + 1``). Each track is a
+chain of points in measured order; the chain carries what happens *on* the track:
+
+- host thread: all start/end points sorted by measured time (nesting falls out of the order). A
+  leaf's end follows its start by its costed duration; every other step along the chain keeps the
+  measured gap (parent self time, Python overhead, data loading: host time). A parent therefore
+  ends its trailing self time after its last child, so delaying or shrinking a child moves it.
+- device stream: start_i, end_i, start_{i+1}, ... ; end = start + costed duration; a start
+  follows the previous end by the event's *ready lag* (see below).
+
+Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
+
+- ``launch``: launching runtime call's *start* → device event start (launch_id, else the runtime
+  call with the same correlation id on the same rank);
+- ``sync`` (device side): the recorded stream's last op before the event record → the waiting
+  marker (``cuda_sync`` Wait Event, MTIA ``event_wait``), then the stream chain carries it;
+- ``sync`` (host side): for synchronize calls (stream / device / event synchronize, MTIA
+  ``synchronizeStream``, blocking copies), the last op of each stream in scope launched before the
+  call and finished before it returned → the call's *end*; the call's own duration becomes its
+  return latency ``r`` (time from the device finishing to the call returning, at most its measured
+  duration), so the wait itself comes out of the graph;
+- ``collective``: instances of one collective (same process group and sequence number) on
+  different ranks start together when the last one is ready. The measured duration of a matched
+  instance includes its wait for peers; its transfer part (own end − last arrival) is what gets
+  costed.
+- ``host`` / ``stream`` edges in the stored table document the track chains (consecutive top-level
+  host ops, consecutive stream ops) with their lags.
+
+Ready lag of a device event: measured start − the latest measured end (start, for launches) of
+its inputs. It is kernel-launch / inter-kernel latency; it is capped at ``max_ready_lag_us`` so a
+start delayed by a dependency the graph lacks is *not* absorbed (that shows up as replay error).
+CPU-only traces: leaf host ops are the work; a collective's instances on the main thread
+(``c10d::*``) are matched across ranks like device collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from mtia_trace import schema
+
+#: Names of runtime calls that block the host until device work finishes (scope: whole device
+#: unless the event carries ``sync_stream``).
+HOST_SYNC_NAMES = ("Synchronize", "synchronizeStream", "synchronizeDevice", "synchronizeEvent")
+#: Device-side markers that are a host wait, not a stream wait (Kineto ``cuda_sync`` kinds).
+HOST_WAIT_MARKERS = ("Stream Sync", "Context Sync", "Event Sync")
+#: Default cap on a device event's ready lag (launch latency / inter-kernel gap), in us.
+MAX_READY_LAG_US = 1000.0
+
+EDGE_CODE = {t: i for i, t in enumerate(schema.EDGE_TYPES)}
+
+
+@dataclass
+class Graph:
+    """Point chains per track plus cross-track edges; arrays indexed by event or point id."""
+
+    n: int
+    order: np.ndarray          # point ids, track by track, in chain order
+    track_ptr: np.ndarray      # order[track_ptr[t]:track_ptr[t+1]] is track t
+    track_is_device: np.ndarray
+    gap: np.ndarray            # measured gap before each position in its chain (0 at track start)
+    leaf_end: np.ndarray       # bool per position: an end point right after its own start
+    base: np.ndarray           # per point: earliest time (host track first point, trace start)
+    src_pt: np.ndarray         # cross-track edges, by point id
+    dst_pt: np.ndarray
+    lag: np.ndarray
+    etype: np.ndarray          # int8 code into schema.EDGE_TYPES
+    ready_lag: np.ndarray      # per event (device events), us
+    sync_lag: np.ndarray       # per event: return latency of host sync calls, nan otherwise
+    coll_group: np.ndarray     # per event: collective group id, -1 if unmatched
+    transfer_us: np.ndarray    # per event: measured transfer part of matched collectives, nan else
+    t0: float                  # trace start (min ts); internal times are relative to it
+    edges: pa.Table = field(default=None)  # type: ignore[assignment]
+    notes: dict[str, object] = field(default_factory=dict)
+
+
+def _col(events: pa.Table, name: str) -> np.ndarray:
+    c = events.column(name)
+    if c.null_count and pa.types.is_integer(c.type):
+        c = c.fill_null(-1)
+    return c.to_numpy(zero_copy_only=False)
+
+
+def _track_runs(rank: np.ndarray, track: np.ndarray) -> np.ndarray:
+    """Start offsets of each contiguous (rank, track) run; asserts tracks are contiguous."""
+    n = len(rank)
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    change = np.ones(n, dtype=bool)
+    change[1:] = (rank[1:] != rank[:-1]) | (track[1:] != track[:-1])
+    starts = np.flatnonzero(change)
+    keys = list(zip(rank[starts].tolist(), track[starts].tolist()))
+    assert len(set(keys)) == len(keys), "events must be sorted by (rank, track, ts_us)"
+    return np.append(starts, n).astype(np.int64)
+
+
+def _last_before(key_ts: np.ndarray, group_sorted_ts: np.ndarray, group_ids: np.ndarray,
+                 group_end: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+    """For queries (ts, end): the last group member with key_ts <= ts whose end <= q_end.
+
+    Members are in stream order (key_ts non-decreasing). Returns event ids or -1.
+    """
+    idx = np.searchsorted(group_sorted_ts, q_ts, side="right") - 1
+    out = np.full(len(q_ts), -1, dtype=np.int64)
+    ok = idx >= 0
+    # walk back over members that had not finished when the call returned (few; vectorized steps)
+    for _ in range(64):
+        if not ok.any():
+            break
+        cand = np.where(ok, idx, 0)
+        good = ok & (group_end[cand] <= q_end + 1e-6)
+        out[good] = group_ids[cand[good]]
+        ok = ok & ~good
+        idx = idx - 1
+        ok &= idx >= 0
+    return out
+
+
+def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_LAG_US) -> Graph:
+    """Build the point chains and cross-track edges of ``events`` (canonical schema)."""
+    n = events.num_rows
+    rank = _col(events, "rank").astype(np.int64)
+    track = _col(events, "track").astype(object)
+    is_dev = _col(events, "is_device").astype(bool)
+    ts_abs = _col(events, "ts_us").astype(np.float64)
+    t0 = float(ts_abs.min()) if n else 0.0
+    ts = ts_abs - t0
+    dur = _col(events, "dur_us").astype(np.float64)
+    end = ts + dur
+    depth = _col(events, "depth").astype(np.int64)
+    kind = _col(events, "kind").astype(str)
+    name = _col(events, "name").astype(str)
+    corr = _col(events, "correlation").astype(np.int64)
+    launch = _col(events, "launch_id").astype(np.int64).copy()
+    sync_stream = _col(events, "sync_stream").astype(np.int64)
+    sync_corr = _col(events, "sync_corr").astype(np.int64)
+    stream = _col(events, "stream").astype(np.int64)
+    device = _col(events, "device").astype(np.int64)
+    notes: dict[str, object] = {}
+
+    runs = _track_runs(rank, track)
+    ntr = len(runs) - 1
+    tr_of = np.repeat(np.arange(ntr), np.diff(runs)) if n else np.zeros(0, dtype=np.int64)
+    tr_dev = is_dev[runs[:-1]] if ntr else np.zeros(0, dtype=bool)
+
+    # ---- launch edges: launch_id, else the runtime call with the same correlation id ---------
+    host_rt = (~is_dev) & (corr >= 0)
+    miss = is_dev & (launch < 0) & (corr >= 0)
+    if miss.any() and host_rt.any():
+        hk = rank[host_rt] * (1 << 40) + corr[host_rt]
+        hid = np.flatnonzero(host_rt)
+        o = np.argsort(hk, kind="stable")
+        hk, hid = hk[o], hid[o]
+        qk = rank[miss] * (1 << 40) + corr[miss]
+        pos = np.clip(np.searchsorted(hk, qk), 0, len(hk) - 1)
+        hit = hk[pos] == qk
+        mi = np.flatnonzero(miss)
+        launch[mi[hit]] = hid[pos[hit]]
+    has_launch = is_dev & (launch >= 0)
+    notes["device_events"] = int(is_dev.sum())
+    notes["device_events_without_launch"] = int((is_dev & (launch < 0)).sum())
+    launch_ts = np.where(launch >= 0, ts[np.maximum(launch, 0)], ts)
+
+    # ---- per-stream order by launch time (for "last op before call") ----------------------------
+    dev_ids = np.flatnonzero(is_dev)
+    sk = rank[dev_ids] * (1 << 20) + device[dev_ids] * (1 << 12) + (stream[dev_ids] & 0xFFF)
+    o = np.lexsort((launch_ts[dev_ids], sk))
+    dev_ids, sk = dev_ids[o], sk[o]
+    ustreams, sstart = np.unique(sk, return_index=True)
+    sbounds = np.append(sstart, len(sk))
+
+    def last_on_stream(key: int, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(ustreams, key)
+        if j >= len(ustreams) or ustreams[j] != key:
+            return np.full(len(q_ts), -1, dtype=np.int64)
+        ids = dev_ids[sbounds[j]:sbounds[j + 1]]
+        return _last_before(launch_ts[ids], launch_ts[ids], ids, end[ids], q_ts, q_end)
+
+    src_l: list[np.ndarray] = []
+    dst_l: list[np.ndarray] = []
+    lag_l: list[np.ndarray] = []
+    typ_l: list[np.ndarray] = []
+    # edges into device starts get their lag (the ready lag) filled in below
+    src_pt_launch = 2 * launch[has_launch]
+    dst_launch = np.flatnonzero(has_launch)
+
+    # ---- device-side waits: Wait Event / event_wait -----------------------------------------
+    dsync_src: list[int] = []
+    dsync_dst: list[int] = []
+    waits = np.flatnonzero(is_dev & (kind == "sync") & ((sync_corr >= 0) | (sync_stream >= 0))
+                           & ~np.isin(name, HOST_WAIT_MARKERS))
+    if len(waits):
+        ck = rank * (1 << 40) + corr
+        valid = corr >= 0
+        cid = np.flatnonzero(valid)
+        oc = np.argsort(ck[cid], kind="stable")
+        cid = cid[oc]
+        cks = ck[cid]
+        for w in waits.tolist():  # waits are few (hundreds at most)
+            src = -1
+            if sync_corr[w] >= 0:
+                key = rank[w] * (1 << 40) + sync_corr[w]
+                lo, hi = np.searchsorted(cks, key), np.searchsorted(cks, key, side="right")
+                recs = cid[lo:hi]
+                recs = recs[recs != w]
+                dev_rec = recs[is_dev[recs]]
+                if len(dev_rec):
+                    src = int(dev_rec[0])
+                elif len(recs) and sync_stream[w] >= 0:
+                    r = int(recs[0])
+                    key2 = rank[w] * (1 << 20) + device[w] * (1 << 12) + (sync_stream[w] & 0xFFF)
+                    src = int(last_on_stream(key2, ts[[r]], np.array([np.inf]))[0])
+            elif sync_stream[w] >= 0:
+                key2 = rank[w] * (1 << 20) + device[w] * (1 << 12) + (sync_stream[w] & 0xFFF)
+                src = int(last_on_stream(key2, launch_ts[[w]], np.array([np.inf]))[0])
+            if src >= 0 and src != w:
+                dsync_src.append(src)
+                dsync_dst.append(w)
+    dsync_src_a = np.asarray(dsync_src, dtype=np.int64)
+    dsync_dst_a = np.asarray(dsync_dst, dtype=np.int64)
+    notes["device_waits"] = int(len(waits))
+    notes["device_waits_resolved"] = int(len(dsync_src_a))
+
+    # ---- host-side synchronization -----------------------------------------------------------
+    host_sync = (~is_dev) & ((sync_stream != -1) | np.char.find(name, "Synchronize") >= 0)
+    for nm in HOST_SYNC_NAMES[1:]:
+        host_sync |= (~is_dev) & (np.char.find(name, nm) >= 0)
+    # a host call that launched a host-wait marker (cuda_sync Stream/Context/Event Sync)
+    marker = is_dev & has_launch & np.isin(name, HOST_WAIT_MARKERS)
+    host_sync[launch[marker]] = True
+    # blocking copies: the launching call returned only after the copy finished
+    cp = is_dev & has_launch & (kind == "memcpy")
+    cpl = launch[cp]
+    blocking = end[cp] <= end[cpl] + 1e-6
+    blk_dev, blk_host = np.flatnonzero(cp)[blocking], cpl[blocking]
+    hs_src: list[np.ndarray] = [blk_dev]
+    hs_dst: list[np.ndarray] = [blk_host]
+    hs_ids = np.flatnonzero(host_sync)
+    if len(hs_ids) and len(ustreams):
+        s_rank = ustreams >> 20
+        s_dev = (ustreams >> 12) & 0xFF
+        s_str = ustreams & 0xFFF
+        for j, key in enumerate(ustreams.tolist()):  # loop over streams (few)
+            scope = hs_ids[rank[hs_ids] == s_rank[j]]
+            ss = sync_stream[scope]
+            scope = scope[(ss < 0) | ((ss & 0xFFF) == s_str[j])]
+            if not len(scope):
+                continue
+            src = last_on_stream(key, ts[scope], end[scope])
+            ok = src >= 0
+            hs_src.append(src[ok])
+            hs_dst.append(scope[ok])
+        del s_dev
+    hsrc = np.concatenate(hs_src).astype(np.int64)
+    hdst = np.concatenate(hs_dst).astype(np.int64)
+    sync_lag = np.full(n, np.nan)
+    if len(hdst):
+        dep_end = np.full(n, -np.inf)
+        np.maximum.at(dep_end, hdst, end[hsrc])
+        u = np.unique(hdst)
+        sync_lag[u] = np.clip(np.minimum(dur[u], end[u] - dep_end[u]), 0.0, None)
+    notes["host_syncs"] = int(len(np.unique(hdst)))
+
+    # ---- collectives across ranks ------------------------------------------------------------
+    coll_group = np.full(n, -1, dtype=np.int64)
+    transfer = np.full(n, np.nan)
+    coll_src = np.zeros(0, dtype=np.int64)
+    coll_dst = np.zeros(0, dtype=np.int64)
+    pg = events.column("pg").to_numpy(zero_copy_only=False)
+    seq = _col(events, "coll_seq").astype(np.int64)
+    cand = np.flatnonzero((seq >= 0) & np.isin(kind, ["collective", "p2p"])
+                          & np.array([p is not None for p in pg], dtype=bool))
+    if len(cand):
+        import pandas as pd
+
+        df = pd.DataFrame({"id": cand, "pg": pg[cand].astype(str), "seq": seq[cand],
+                           "rank": rank[cand], "dev": is_dev[cand], "ts": ts[cand]})
+        # per (collective, rank): device instances when there are any, else host ones; the first
+        df = df.sort_values(["pg", "seq", "rank", "dev", "ts"], ascending=[True, True, True, False, True])
+        df = df.drop_duplicates(["pg", "seq", "rank"], keep="first")
+        g = df.groupby(["pg", "seq"], sort=False)
+        df["n"] = g["rank"].transform("size")
+        df = df[df["n"] >= 2]
+        if len(df):
+            df["gid"] = df.groupby(["pg", "seq"], sort=False).ngroup()
+            ids = df["id"].to_numpy()
+            gid = df["gid"].to_numpy()
+            coll_group[ids] = gid
+            last = np.full(gid.max() + 1, -np.inf)
+            np.maximum.at(last, gid, ts[ids])
+            transfer[ids] = np.clip(end[ids] - last[gid], 0.0, None)
+            first = df.groupby("gid")["id"].transform("first").to_numpy()
+            other = ids != first
+            coll_src = np.concatenate([ids[other], first[other]])
+            coll_dst = np.concatenate([first[other], ids[other]])
+    notes["collectives_matched"] = int(len(np.unique(coll_group[coll_group >= 0])))
+
+    # ---- ready lag of device events ----------------------------------------------------------
+    ready = np.full(n, -np.inf)
+    prev_dev = np.full(n, -1, dtype=np.int64)
+    for t in range(ntr):
+        if tr_dev[t]:
+            a, b = runs[t], runs[t + 1]
+            prev_dev[a + 1:b] = np.arange(a, b - 1)
+    hp = prev_dev >= 0
+    ready[hp] = end[prev_dev[hp]]
+    np.maximum.at(ready, dst_launch, ts[launch[has_launch]])
+    if len(dsync_dst_a):
+        np.maximum.at(ready, dsync_dst_a, end[dsync_src_a])
+    ready_lag = np.where(np.isfinite(ready), ts - ready, 0.0)
+    ready_lag[~is_dev] = 0.0
+    if max_ready_lag_us is not None:
+        capped = is_dev & (ready_lag > max_ready_lag_us)
+        notes["device_starts_unexplained"] = int(capped.sum())
+        ready_lag = np.minimum(ready_lag, max_ready_lag_us)
+
+    # ---- assemble cross-track edges ----------------------------------------------------------
+    def add(src_pt: np.ndarray, dst_pt: np.ndarray, lag: np.ndarray, code: str) -> None:
+        src_l.append(src_pt.astype(np.int64))
+        dst_l.append(dst_pt.astype(np.int64))
+        lag_l.append(np.asarray(lag, dtype=np.float64))
+        typ_l.append(np.full(len(src_pt), EDGE_CODE[code], dtype=np.int8))
+
+    add(src_pt_launch, 2 * dst_launch, ready_lag[dst_launch], "launch")
+    add(2 * dsync_src_a + 1, 2 * dsync_dst_a, ready_lag[dsync_dst_a], "sync")
+    add(2 * hsrc + 1, 2 * hdst + 1, sync_lag[hdst], "sync")
+    add(2 * coll_src, 2 * coll_dst, np.zeros(len(coll_src)), "collective")
+    src_pt = np.concatenate(src_l)
+    dst_pt = np.concatenate(dst_l)
+    lag = np.concatenate(lag_l)
+    etype = np.concatenate(typ_l)
+
+    # ---- point chains ------------------------------------------------------------------------
+    order_parts: list[np.ndarray] = []
+    ptr = [0]
+    for t in range(ntr):  # loop over tracks (few)
+        a, b = int(runs[t]), int(runs[t + 1])
+        ids = np.arange(a, b)
+        if tr_dev[t]:
+            pts = np.empty(2 * (b - a), dtype=np.int64)
+            pts[0::2] = 2 * ids
+            pts[1::2] = 2 * ids + 1
+        else:
+            zero = dur[a:b] <= 0
+            # sort key: time, then ends before starts, deeper ends first, shallower starts first;
+            # a zero-length event's end sits right after its own start
+            tkey = np.concatenate([ts[a:b], end[a:b]])
+            cls = np.concatenate([np.ones(b - a), np.where(zero, 1.0, 0.0)])
+            dkey = np.concatenate([depth[a:b] * 2.0, np.where(zero, depth[a:b] * 2.0 + 1, -depth[a:b])])
+            seq_key = np.concatenate([ids * 2, ids * 2 + 1])
+            oo = np.lexsort((seq_key, dkey, cls, tkey))
+            pts = np.concatenate([2 * ids, 2 * ids + 1])[oo]
+        order_parts.append(pts)
+        ptr.append(ptr[-1] + len(pts))
+    order = np.concatenate(order_parts) if order_parts else np.zeros(0, dtype=np.int64)
+    track_ptr = np.asarray(ptr, dtype=np.int64)
+    ptime = np.empty(2 * n)
+    ptime[0::2] = ts
+    ptime[1::2] = end
+    tpos = ptime[order]
+    gap = np.zeros(len(order))
+    gap[1:] = tpos[1:] - tpos[:-1]
+    gap[track_ptr[:-1][track_ptr[:-1] < len(order)]] = 0.0
+    leaf_end = np.zeros(len(order), dtype=bool)
+    leaf_end[1:] = (order[1:] % 2 == 1) & (order[:-1] == order[1:] - 1)
+    leaf_end[track_ptr[:-1][track_ptr[:-1] < len(order)]] = False
+
+    base = np.full(2 * n, -np.inf)
+    rank_t0 = {}
+    for r in np.unique(rank).tolist():
+        rank_t0[r] = float(ts[rank == r].min())
+    for t in range(ntr):
+        p = order[track_ptr[t]]
+        if tr_dev[t]:
+            base[p] = rank_t0[int(rank[p // 2])]
+        else:
+            base[p] = ptime[p]
+
+    # ---- the stored edges table --------------------------------------------------------------
+    tab_src = [src_pt // 2]
+    tab_dst = [dst_pt // 2]
+    tab_typ = [etype]
+    tab_lag = [lag]
+    dev_next = np.flatnonzero(hp)
+    tab_src.append(prev_dev[dev_next])
+    tab_dst.append(dev_next)
+    tab_typ.append(np.full(len(dev_next), EDGE_CODE["stream"], dtype=np.int8))
+    tab_lag.append(ready_lag[dev_next])
+    top = np.flatnonzero((~is_dev) & (depth == 0))
+    same = tr_of[top[1:]] == tr_of[top[:-1]]
+    hs, hd = top[:-1][same], top[1:][same]
+    tab_src.append(hs)
+    tab_dst.append(hd)
+    tab_typ.append(np.full(len(hs), EDGE_CODE["host"], dtype=np.int8))
+    tab_lag.append(ts[hd] - end[hs])
+    types = np.array(schema.EDGE_TYPES, dtype=object)
+    edges = schema.from_columns({
+        "src": np.concatenate(tab_src), "dst": np.concatenate(tab_dst),
+        "type": types[np.concatenate(tab_typ)],
+        "lag_us": np.concatenate(tab_lag),
+    }, schema.EDGES_SCHEMA)
+
+    return Graph(n=n, order=order, track_ptr=track_ptr, track_is_device=tr_dev, gap=gap,
+                 leaf_end=leaf_end, base=base, src_pt=src_pt, dst_pt=dst_pt, lag=lag,
+                 etype=etype, ready_lag=ready_lag, sync_lag=sync_lag, coll_group=coll_group,
+                 transfer_us=transfer, t0=t0, edges=edges, notes=notes)

@@ -1,0 +1,186 @@
+"""The public entry point: replay a canonical events table on a cost model.
+
+Costing sees the events with two measured durations corrected first, so a model prices work and
+not waiting: a matched collective instance's duration becomes its transfer part (own end − last
+rank's arrival) and a host synchronize call's duration becomes its return latency. The wait in
+both comes back out of the graph.
+
+Overlap slowdown (`CostModel.overlap_slowdown`, s > 0): after a first schedule, each device
+compute event's compute part is stretched by ``s × (fraction of it overlapping communication on
+its rank)`` and the graph is scheduled again (one correction step, documented approximation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from mtia_trace import schema
+from replay.attribution import attribute_steps, check_attribution, summarize
+from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
+from replay.critical_path import mark_critical, path_tables
+from replay.graph import Graph, build_graph
+from replay.result import ReplayResult
+from replay.scheduler import BOUND_CHAIN, BOUND_NONE, BOUND_RESOURCE, Schedule, schedule
+
+COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optimizer", "embedding",
+                 "other")
+
+
+def _costing_input(events: pa.Table, g: Graph) -> pa.Table:
+    dur = events.column("dur_us").to_numpy().astype(np.float64, copy=True)
+    m = np.isfinite(g.transfer_us)
+    dur[m] = g.transfer_us[m]
+    m = np.isfinite(g.sync_lag)
+    dur[m] = g.sync_lag[m]
+    i = events.schema.get_field_index("dur_us")
+    return events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))
+
+
+def _overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per event: fraction of its span overlapping communication device events of its rank."""
+    rank = events.column("rank").to_numpy()
+    kind = events.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    comm = is_dev & np.isin(kind, ["collective", "p2p"])
+    frac = np.zeros(len(rank))
+    for r in np.unique(rank[comm]).tolist():  # ranks
+        cs, ce = start[comm & (rank == r)], end[comm & (rank == r)]
+        o = np.argsort(cs)
+        cs, ce = cs[o], np.maximum.accumulate(ce[o])
+        # union of comm intervals
+        new = np.ones(len(cs), dtype=bool)
+        new[1:] = cs[1:] > ce[:-1]
+        gs = cs[new]
+        ge = np.append(ce[np.flatnonzero(new)[1:] - 1], ce[-1])
+        cov = np.concatenate([[0.0], np.cumsum(ge - gs)])
+
+        def covered(t: np.ndarray) -> np.ndarray:
+            k = np.searchsorted(gs, t, side="right")
+            inside = np.where(k > 0, np.minimum(t, ge[np.maximum(k - 1, 0)]) - gs[np.maximum(k - 1, 0)], 0.0)
+            return cov[np.maximum(k - 1, 0)] * (k > 0) + np.clip(inside, 0, None)
+
+        sel = (rank == r) & is_dev & ~comm
+        span = end[sel] - start[sel]
+        ov = covered(end[sel]) - covered(start[sel])
+        frac[np.flatnonzero(sel)] = np.where(span > 0, ov / np.where(span > 0, span, 1), 0.0)
+    return frac
+
+
+def replay_events(events: pa.Table, model: CostModel | None = None, *,
+                  progress: Callable[[str], None] | None = None,
+                  max_ready_lag_us: float | None = None) -> ReplayResult:
+    """Replay ``events`` (schema.EVENTS_SCHEMA) on ``model`` (default: as measured)."""
+    model = model or AsMeasured()
+    say = progress or (lambda _msg: None)
+    kw = {} if max_ready_lag_us is None else {"max_ready_lag_us": max_ready_lag_us}
+    say("building dependency graph")
+    g = build_graph(events, **kw)  # type: ignore[arg-type]
+    say("costing")
+    costs: EventCosts = model.cost(_costing_input(events, g))
+    comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64) for c in COMPONENTS}
+    dur = sum(comps.values())
+    say("scheduling")
+    s = schedule(g, dur, costs.resource, costs.resource_capacity)
+    slow = float(model.overlap_slowdown())
+    if slow > 0:
+        kind = events.column("kind").to_numpy(zero_copy_only=False).astype(str)
+        frac = _overlap_fraction(events, s.T[0::2], s.T[1::2])
+        stretch = np.isin(kind, COMPUTE_KINDS) & (frac > 0)
+        if stretch.any():
+            comps["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
+            dur = sum(comps.values())
+            s = schedule(g, dur, costs.resource, costs.resource_capacity)
+    say("attributing")
+    pt = path_tables(g, s, comps)
+    steps, walks = attribute_steps(events, g, s, pt)
+    check_attribution(steps)
+    crit = mark_critical(g, walks)
+    out_events = _replayed_events(events, g, s, comps, crit)
+    collectives = _collectives(events, g, s, comps)
+    summary = summarize(events, g, s, comps, steps)
+    notes = dict(g.notes)
+    notes.update({"passes": s.passes, "overlap_slowdown": slow})
+    notes.update({k: v for k, v in costs.notes.items()})
+    return ReplayResult(events=out_events, edges=g.edges, steps=steps, collectives=collectives,
+                        summary=summary, hardware=getattr(model, "name", "custom"), notes=notes)
+
+
+_BOUND_NAMES = {BOUND_CHAIN: "track", BOUND_NONE: "none", BOUND_RESOURCE: "resource"}
+
+
+def _replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
+                     crit: np.ndarray) -> pa.Table:
+    start = s.T[0::2]
+    end = s.T[1::2]
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    depth = events.column("depth").to_numpy()
+    # a host event's start chained to a sibling's end is a 'host' binding; to its parent's start
+    # (nesting) it is 'track' too
+    sb = s.bound[0::2]
+    names = np.empty(g.n, dtype=object)
+    names[:] = "none"
+    for code, nm in _BOUND_NAMES.items():
+        names[sb == code] = nm
+    for code, nm in enumerate(schema.EDGE_TYPES):
+        names[sb == code] = nm
+    names[(sb == BOUND_CHAIN) & ~is_dev & (depth == 0)] = "host"
+    src = s.bound_src[0::2]
+    bsrc = np.where(src >= 0, src // 2, -1)
+    leaf = np.zeros(g.n, dtype=bool)
+    leaf[g.order[g.leaf_end] // 2] = True
+    leaf |= is_dev
+    span = end - start
+    cols = {f.name: events.column(f.name) for f in schema.EVENTS_SCHEMA}
+    extra: dict[str, np.ndarray] = {"start_us": start + g.t0, "end_us": end + g.t0}
+    for c in ("compute", "fetch", "collective", "retry", "host"):
+        extra[f"{c}_us"] = np.where(leaf, comps[c], 0.0)
+    # containers (host events with children): their span is host time around their children
+    extra["host_us"] = np.where(leaf, extra["host_us"], span)
+    extra["queue_us"] = s.queue
+    arrays = [cols[f.name] for f in schema.EVENTS_SCHEMA]
+    arrays += [pa.array(extra["start_us"]), pa.array(extra["end_us"])]
+    arrays += [pa.array(extra[f"{c}_us"]) for c in ("compute", "fetch", "collective", "retry", "host")]
+    arrays += [pa.array(extra["queue_us"]), pa.array(names.astype(str)), pa.array(bsrc),
+               pa.array(crit), pa.array(s.coll_wait)]
+    return pa.Table.from_arrays(arrays, schema=schema.REPLAYED_EVENTS_SCHEMA)
+
+
+def _collectives(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> pa.Table:
+    members = np.flatnonzero(g.coll_group >= 0)
+    rows: dict[str, list[object]] = {f.name: [] for f in schema.COLLECTIVES_SCHEMA}
+    if len(members):
+        import pandas as pd
+
+        rank = events.column("rank").to_numpy()
+        df = pd.DataFrame({
+            "gid": g.coll_group[members], "id": members, "rank": rank[members],
+            "pg": events.column("pg").to_numpy(zero_copy_only=False)[members],
+            "seq": events.column("coll_seq").to_numpy()[members],
+            "op": events.column("coll_op").to_numpy(zero_copy_only=False)[members],
+            "step": events.column("step").to_numpy()[members],
+            "bytes": events.column("coll_bytes_in").to_numpy()[members],
+            "ready": s.ready[2 * members], "start": s.T[2 * members], "end": s.T[2 * members + 1],
+            "transfer": (comps["collective"] + comps["fetch"])[members],
+            "queue": s.queue[members], "retry": comps["retry"][members],
+        }).sort_values(["gid", "rank"])
+        for _gid, d in df.groupby("gid", sort=True):  # collectives: few
+            late = d["ready"].to_numpy().argmax()
+            rows["pg"].append(str(d["pg"].iloc[0]))
+            rows["coll_seq"].append(int(d["seq"].iloc[0]))
+            rows["coll_op"].append(d["op"].iloc[0])
+            rows["step"].append(int(d["step"].iloc[0]))
+            rows["ranks"].append(int(d["rank"].nunique()))
+            rows["bytes"].append(float(d["bytes"].max()))
+            rows["first_arrival_us"].append(float(d["ready"].min()) + g.t0)
+            rows["last_arrival_us"].append(float(d["ready"].max()) + g.t0)
+            rows["skew_us"].append(float(d["ready"].max() - d["ready"].min()))
+            rows["late_rank"].append(int(d["rank"].iloc[late]))
+            rows["start_us"].append(float(d["start"].min()) + g.t0)
+            rows["end_us"].append(float(d["end"].max()) + g.t0)
+            rows["transfer_us"].append(float(d["transfer"].max()))
+            rows["queue_us"].append(float(d["queue"].max()))
+            rows["retry_us"].append(float(d["retry"].max()))
+    return pa.Table.from_pydict(rows, schema=schema.COLLECTIVES_SCHEMA)
