@@ -117,6 +117,7 @@ REPLAY_COLUMNS: tuple[Column, ...] = (
     Column("bound_by", STR, "", "what bound the start: track, host, launch, sync, collective, resource, none"),
     Column("bound_src", I64, "", "event_id whose end bound the start, -1 for none/resource", -1),
     Column("critical", BOOL, "", "true if the event is on its step's critical path"),
+    Column("coll_wait_us", F64, "us", "time a collective instance, ready, waited for the other ranks to arrive", 0.0),
 )
 
 REPLAYED_EVENTS_SCHEMA = _schema(EVENT_COLUMNS + REPLAY_COLUMNS, "events")
@@ -127,6 +128,7 @@ EDGE_COLUMNS: tuple[Column, ...] = (
     Column("src", I64, "", "event_id that must end first"),
     Column("dst", I64, "", "event_id that may start after src ends"),
     Column("type", STR, "", "edge type, one of schema.EDGE_TYPES"),
+    Column("lag_us", F64, "us", "minimum delay between src ready and dst (launch/ready latency, host gap, sync return)", 0.0),
 )
 EDGES_SCHEMA = _schema(EDGE_COLUMNS, "edges")
 
