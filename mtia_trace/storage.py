@@ -108,7 +108,7 @@ def _swap_into_place(tmp: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _check_destination(dest: Path, force: bool) -> None:
+def check_destination(dest: Path, force: bool) -> None:
     if not dest.exists():
         return
     if not force:
@@ -131,7 +131,7 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
     dest = Path(dest)
     missing = [t for t in TABLES if t not in tables]
     assert not missing, f"write_run needs tables {missing}"
-    _check_destination(dest, force)
+    check_destination(dest, force)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
@@ -153,7 +153,7 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
                          default=str))
         run = Run(dest.resolve(), dest.name, full)
         (tmp / VIEWS_FILE).write_text(_views_file(run))
-        _check_destination(dest, force)
+        check_destination(dest, force)
         _swap_into_place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

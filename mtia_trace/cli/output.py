@@ -1,0 +1,128 @@
+"""Printing result tables: the shared ``--format`` / ``-o`` options and their renderers."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from enum import Enum
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import typer
+
+from mtia_trace.errors import UsageError
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+    markdown = "markdown"
+
+
+FORMAT_OPTION = typer.Option(Format.table, "--format", help="Output format.")
+OUTPUT_OPTION = typer.Option(None, "-o", "--output",
+                             help="Write to this file instead of stdout (needed for parquet).")
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if value != 0 and (abs(value) >= 1e12 or abs(value) < 1e-3):
+            return f"{value:.4g}"
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _cells(table: pa.Table, max_rows: int | None) -> tuple[list[list[str]], int]:
+    shown = table if max_rows is None else table.slice(0, max_rows)
+    cols = [[_cell(v) for v in c.to_pylist()] for c in shown.columns]
+    rows = [list(r) for r in zip(*cols, strict=True)] if cols else []
+    return rows, table.num_rows - shown.num_rows
+
+
+def _numeric(table: pa.Table) -> list[bool]:
+    return [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in table.schema]
+
+
+def render_table(table: pa.Table, *, max_rows: int | None = None) -> str:
+    """Aligned plain-text columns (numbers right-aligned)."""
+    if table.num_columns == 0:
+        return "(no columns)\n"
+    rows, hidden = _cells(table, max_rows)
+    header = table.column_names
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    num = _numeric(table)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if n else c.ljust(w)
+                         for c, w, n in zip(cells, widths, num, strict=True)).rstrip()
+
+    out = [line(header), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    if not rows:
+        out.append("(no rows)")
+    if hidden:
+        out.append(f"... {hidden} more rows (use --format csv or -o to get them all)")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(table: pa.Table, *, max_rows: int | None = None) -> str:
+    rows, hidden = _cells(table, max_rows)
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    out = ["| " + " | ".join(map(esc, table.column_names)) + " |",
+           "|" + "|".join("---:" if n else "---" for n in _numeric(table)) + "|"]
+    out += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    if hidden:
+        out.append(f"\n_{hidden} more rows not shown._")
+    return "\n".join(out) + "\n"
+
+
+def render_csv(table: pa.Table) -> str:
+    buf = io.BytesIO()
+    pacsv.write_csv(table, buf)
+    return buf.getvalue().decode()
+
+
+def render_json(table: pa.Table) -> str:
+    return orjson.dumps(table.to_pylist(), option=orjson.OPT_SERIALIZE_NUMPY,
+                        default=str).decode() + "\n"
+
+
+def render(table: pa.Table, fmt: Format, *, max_rows: int | None = None) -> str:
+    """Text rendering of ``table`` in ``fmt`` (any format but parquet)."""
+    if fmt is Format.table:
+        return render_table(table, max_rows=max_rows)
+    if fmt is Format.markdown:
+        return render_markdown(table, max_rows=max_rows)
+    if fmt is Format.csv:
+        return render_csv(table)
+    if fmt is Format.json:
+        return render_json(table)
+    raise AssertionError(f"no text rendering for {fmt}")
+
+
+def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None = None) -> None:
+    """Write ``table`` to ``out`` (or stdout) in ``fmt``."""
+    if fmt is Format.parquet and out is None:
+        raise UsageError("--format parquet: needs an output file; add -o RESULT.parquet")
+    try:
+        if fmt is Format.parquet:
+            pq.write_table(table, out, compression="zstd")
+            return
+        text = render(table, fmt, max_rows=None if out else max_rows)
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            out.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write ({exc.strerror or exc}); choose another -o path"
+                         ) from None

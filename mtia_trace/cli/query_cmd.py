@@ -1,0 +1,51 @@
+"""`mtia-trace query`: SQL over one or more stored runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit
+from mtia_trace.errors import UsageError
+from mtia_trace.runs import connect, query as run_query, views_sql
+from mtia_trace.storage import find_runs
+
+
+def query(
+    args: list[str] = typer.Argument(
+        ..., metavar="RUN... [SQL]",
+        help="Run directories (or folders of runs), then the SQL unless -f or --views is given."),
+    sql_file: Path = typer.Option(None, "-f", "--file", help="Read the SQL from this file."),
+    views: bool = typer.Option(False, "--views",
+                               help="Print the CREATE VIEW statements over the runs and exit."),
+    fmt: Format = FORMAT_OPTION,
+    out: Path = OUTPUT_OPTION,
+) -> None:
+    """Run SQL over stored runs with DuckDB (read-only).
+
+    Views: events, edges, steps, collectives, summary (each with a leading `run` column) and
+    runs (one row of metadata per run). Several runs, or a folder of runs, stack into the same
+    views.
+
+    Example: mtia-trace query runs/demo-mtia300 "SELECT step, avg(total_us) FROM steps GROUP BY 1"
+    """
+    paths = list(args)
+    sql = None
+    if not views:
+        if sql_file is not None:
+            try:
+                sql = sql_file.read_text()
+            except OSError as exc:
+                raise UsageError(f"{sql_file}: cannot read ({exc.strerror}); pass an existing "
+                                 ".sql file to -f") from None
+        elif len(paths) >= 2:
+            sql = paths.pop()
+        else:
+            raise UsageError("query: no SQL given; pass RUN... \"SQL\" or -f FILE.sql")
+    runs = find_runs(paths)
+    if views:
+        typer.echo(views_sql(runs), nl=False)
+        return
+    con = connect(runs)
+    emit(run_query(con, sql, source=str(sql_file) if sql_file else "SQL"), fmt, out)

@@ -1,0 +1,103 @@
+"""Every registered analyzer: documented, runs on a tiny run, and matches its golden CSV.
+
+Regenerate the golden files after an intended change with
+``pytest tests/test_analyzers.py --update-golden`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from runfixture import tiny_meta, tiny_tables
+
+from analyzers import ANALYZERS, run_all, select
+from mtia_trace.errors import UsageError
+from mtia_trace.runs import connect
+from mtia_trace.storage import write_run
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory: pytest.TempPathFactory):
+    run = write_run(tiny_tables(), tmp_path_factory.mktemp("runs") / "tiny", tiny_meta())
+    return connect([run])
+
+
+def golden_csv(table: pa.Table) -> str:
+    """Deterministic CSV: floats to 6 significant digits, nulls empty."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(table.column_names)
+    for row in table.to_pylist():
+        w.writerow(["" if v is None else format(v, ".6g") if isinstance(v, float) else v
+                    for v in row.values()])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name", list(ANALYZERS))
+def test_analyzer_is_documented(name: str) -> None:
+    a = ANALYZERS[name]
+    assert a.NAME == name
+    assert a.DESCRIPTION and "\n" not in a.DESCRIPTION and a.DESCRIPTION.endswith(".")
+    from mtia_trace.cli import analyze_cmd
+
+    assert name in (analyze_cmd.analyze.__doc__ or "")
+
+
+@pytest.mark.parametrize("name", list(ANALYZERS))
+def test_analyzer_matches_golden(name: str, con, update_golden: bool) -> None:
+    # GIVEN the tiny two-rank run  WHEN the analyzer runs
+    table = ANALYZERS[name].run(con)
+    # THEN it returns a non-empty table equal to the reviewed golden CSV
+    assert isinstance(table, pa.Table) and table.num_rows > 0
+    text = golden_csv(table)
+    path = GOLDEN / f"{name}.csv"
+    if update_golden:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} missing; run pytest with --update-golden"
+    assert text == path.read_text()
+
+
+def test_known_answers(con) -> None:
+    tables = run_all(con)
+    steps = tables["step_breakdown"].to_pylist()
+    parts = ("compute", "fetch", "collective", "queue", "retry", "host", "idle")
+    for s in steps:  # components sum to the step and shares to 100 %
+        assert sum(s[f"{p}_us"] for p in parts) == pytest.approx(s["total_us"])
+        assert sum(s[f"{p}_pct"] for p in parts) == pytest.approx(100.0)
+    # rank 1's embedding is 100 us slower: it is the late rank of every all-reduce
+    strag = tables["stragglers"].to_pylist()
+    assert [(r["late_rank"], r["lead_us"]) for r in strag] == [(1, 100.0), (1, 100.0)]
+    # all-reduces overlap the GEMM by 200+180 us on rank 0 and 300+280 us on rank 1
+    ov = {r["rank"]: r for r in tables["overlap"].to_pylist()}
+    assert ov[0]["overlap_us"] == pytest.approx(380.0) and ov[1]["overlap_us"] == pytest.approx(580.0)
+    assert ov[0]["overlap_pct"] == pytest.approx(47.5)
+    (ec,) = tables["exposed_comm"].to_pylist()
+    assert ec["busy_us"] == pytest.approx(1600.0) and ec["exposed_us"] == pytest.approx(640.0)
+    # only step 1's all-reduces queued (20 us each, one per rank)
+    q = tables["queueing"].to_pylist()
+    assert {(r["rank"], r["step"], r["queue_us"]) for r in q} == {(0, 1, 20.0), (1, 1, 20.0)}
+    # the optimizer waits for the all-reduce: 150+170 us on rank 0, 50+70 on rank 1
+    idle = {(r["rank"], r["cause"]): r["idle_us"] for r in tables["idle"].to_pylist()}
+    assert idle == {(0, "sync"): pytest.approx(320.0), (1, "sync"): pytest.approx(120.0)}
+    fetch = tables["fetch_stalls"].to_pylist()[0]
+    assert fetch["name"] == "embedding_bag_kernel"
+    assert fetch["achieved_gbps"] == pytest.approx(6.4e6 / 1000.0 / 1e3)
+    cp = tables["critical_path"].to_pylist()
+    assert [r["name"] for r in cp if r["step"] == 0 and r["rank"] == 1] == [
+        "embedding_bag_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "optimizer_kernel"]
+    top = tables["top_ops"].to_pylist()
+    assert top[0]["name"].startswith("ncclDevKernel_AllReduce")
+    assert next(r for r in top if r["name"] == "sm90_gemm")["exposed_us"] == 0.0
+
+
+def test_select_rejects_unknown_names() -> None:
+    with pytest.raises(UsageError, match="nope: unknown analyzer; choose from step_breakdown"):
+        select(["nope"])
+    assert [a.NAME for a in select(["idle", "top_ops"])] == ["idle", "top_ops"]

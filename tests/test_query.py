@@ -1,0 +1,184 @@
+"""`mtia-trace query` and `analyze` through the CLI entry point: formats, views, read-only, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import duckdb
+import orjson
+import pyarrow.parquet as pq
+import pytest
+from runfixture import tiny_meta, tiny_tables
+
+from analyzers import ANALYZERS
+from mtia_trace.cli import main
+from mtia_trace.runs import VIEWS, connect, query
+from mtia_trace.storage import write_run
+from mtia_trace.errors import QueryError
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("runs")
+    for name in ("a", "b"):
+        write_run(tiny_tables(), d / name, {**tiny_meta(), "seed": ord(name)})
+    return d
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    def invoke(*args: str) -> tuple[int, str, str]:
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+    return invoke
+
+
+def digest(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
+
+
+def test_query_prints_an_aligned_table(runs_dir: Path, cli) -> None:
+    code, out, err = cli("query", runs_dir / "a",
+                         "SELECT step, count(*) AS ranks, avg(total_us) AS total_us FROM steps "
+                         "GROUP BY step ORDER BY step")
+    assert (code, err) == (0, "")
+    assert out == ("step  ranks  total_us\n"
+                   "----  -----  --------\n"
+                   "   0      2       860\n"
+                   "   1      2       880\n")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "markdown"])
+def test_query_formats(runs_dir: Path, cli, fmt: str) -> None:
+    sql = "SELECT rank, sum(idle_us) AS idle_us FROM steps GROUP BY rank ORDER BY rank"
+    code, out, _ = cli("query", runs_dir / "a", sql, "--format", fmt)
+    assert code == 0
+    expected = {
+        "csv": '"rank","idle_us"\n0,200\n1,0\n',
+        "json": json.dumps([{"rank": 0, "idle_us": 200.0}, {"rank": 1, "idle_us": 0.0}],
+                           separators=(",", ":")) + "\n",
+        "markdown": "| rank | idle_us |\n|---:|---:|\n| 0 | 200 |\n| 1 | 0 |\n",
+    }[fmt]
+    assert out == expected
+
+
+def test_query_parquet_and_sql_file(runs_dir: Path, tmp_path: Path, cli) -> None:
+    sql = tmp_path / "q.sql"
+    sql.write_text("-- events per rank\nSELECT rank, count(*) AS n FROM events GROUP BY 1 ORDER BY 1;\n")
+    code, out, _ = cli("query", runs_dir / "a", "-f", sql, "--format", "parquet",
+                       "-o", tmp_path / "r.parquet")
+    assert (code, out) == (0, "")
+    assert pq.read_table(tmp_path / "r.parquet").to_pylist() == [{"rank": 0, "n": 20},
+                                                                 {"rank": 1, "n": 20}]
+    code, _, err = cli("query", runs_dir / "a", "SELECT 1", "--format", "parquet")
+    assert code == 2 and "needs an output file; add -o" in err
+
+
+def test_several_runs_stack_with_a_run_column(runs_dir: Path, cli) -> None:
+    code, out, _ = cli("query", runs_dir, "SELECT run, seed, events FROM runs ORDER BY run",
+                       "--format", "csv")
+    assert out == '"run","seed","events"\n"a",97,40\n"b",98,40\n'
+    con = connect([runs_dir / "a", runs_dir / "b"])
+    got = query(con, "SELECT run, count(*) AS n FROM events GROUP BY run ORDER BY run")
+    assert got.to_pylist() == [{"run": "a", "n": 40}, {"run": "b", "n": 40}]
+
+
+def test_views_statements_attach_a_run_in_any_duckdb(runs_dir: Path, cli) -> None:
+    code, out, _ = cli("query", runs_dir / "a", "--views")
+    assert code == 0 and out.count("CREATE OR REPLACE VIEW") == len(VIEWS)
+    con = duckdb.connect()
+    con.execute(out)
+    assert con.sql("SELECT count(*) FROM events").fetchall() == [(40,)]
+    assert con.sql("SELECT hardware FROM runs").fetchall() == [("as-measured",)]
+
+
+def test_stored_views_file_works_from_the_run_directory(runs_dir: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(runs_dir / "a")
+    con = duckdb.connect()
+    con.execute(Path("views.sql").read_text())
+    assert con.sql("SELECT count(*) FROM edges").fetchall() == [(32,)]
+
+
+@pytest.mark.parametrize("sql", [
+    "COPY events TO '{run}/events.parquet' (FORMAT parquet)",
+    "COPY (SELECT 1 AS x) TO '{run}/steps.parquet' (FORMAT csv, USE_TMP_FILE false)",
+    "SELECT 1; COPY (SELECT 1) TO '{run}/x.csv'",
+    "ATTACH '{run}/x.duckdb' AS x",
+    "INSTALL httpfs",
+    "SET enable_external_access = true",
+    "PRAGMA enable_profiling = 'json'",
+])
+def test_queries_cannot_modify_a_run(runs_dir: Path, cli, sql: str) -> None:
+    run = runs_dir / "a"
+    before = digest(run)
+    code, out, err = cli("query", run, sql.format(run=run))
+    assert code == 2 and out == ""
+    assert err.startswith("mtia-trace: error: SQL: ") and err.count("\n") == 1
+    assert digest(run) == before
+
+
+def test_queries_cannot_read_other_files(runs_dir: Path, cli) -> None:
+    code, _, err = cli("query", runs_dir / "a", "SELECT * FROM read_csv('/etc/passwd')")
+    assert code == 2 and "disabled by configuration" in err and err.count("\n") == 1
+
+
+def test_sql_error_is_one_line_with_the_views(runs_dir: Path, cli) -> None:
+    code, out, err = cli("query", runs_dir / "a", "SELECT nope FROM steps")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert 'Referenced column "nope" not found' in err
+    assert "available views: events, edges, steps, collectives, summary, runs" in err
+    with pytest.raises(QueryError, match="no SQL statement"):
+        query(connect([runs_dir / "a"]), "-- only a comment")
+
+
+@pytest.mark.parametrize("args,message", [
+    (("query", "{tmp}/missing", "SELECT 1"), "missing: does not exist; pass a directory"),
+    (("query", "{tmp}", "SELECT 1"), "neither a run nor a folder of runs"),
+    (("query", "{runs}/a"), "no SQL given"),
+    (("analyze", "{tmp}/missing"), "missing: does not exist"),
+    (("analyze", "{runs}/a", "nope"), "nope: unknown analyzer; choose from"),
+])
+def test_bad_input_is_one_line_exit_2(runs_dir: Path, tmp_path: Path, cli, args, message) -> None:
+    code, _, err = cli(*(a.format(tmp=tmp_path, runs=runs_dir) for a in args))
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_newer_schema_is_refused_by_query(runs_dir: Path, tmp_path: Path, cli) -> None:
+    run = write_run(tiny_tables(), tmp_path / "new", tiny_meta())
+    meta = orjson.loads((run.path / "run.json").read_bytes())
+    (run.path / "run.json").write_bytes(orjson.dumps({**meta, "schema_version": "2.0"}))
+    code, _, err = cli("query", run.path, "SELECT 1")
+    assert code == 2 and "written with schema 2.0, newer than this mtia-trace" in err
+
+
+def test_analyze_prints_every_analyzer(runs_dir: Path, cli) -> None:
+    code, out, _ = cli("analyze", runs_dir / "a")
+    assert code == 0
+    for name, a in ANALYZERS.items():
+        assert f"== {name}: {a.DESCRIPTION}" in out
+    code, out, _ = cli("analyze", runs_dir / "a", "stragglers", "--format", "csv")
+    assert out.splitlines()[0].startswith('"step","pg","coll_op"') and len(out.splitlines()) == 3
+    code, out, _ = cli("analyze", runs_dir / "a", "overlap", "idle", "--format", "json")
+    assert set(orjson.loads(out)) == {"overlap", "idle"}
+
+
+def test_analyze_parquet_writes_one_file_per_analyzer(runs_dir: Path, tmp_path: Path, cli) -> None:
+    code, _, _ = cli("analyze", runs_dir / "a", "--format", "parquet", "-o", tmp_path / "out")
+    assert code == 0
+    assert sorted(p.stem for p in (tmp_path / "out").iterdir()) == sorted(ANALYZERS)
+
+
+def test_analyze_help_lists_every_analyzer(cli) -> None:
+    code, out, _ = cli("analyze", "--help")
+    assert code == 0
+    for name in ANALYZERS:
+        assert name in out
