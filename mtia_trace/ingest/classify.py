@@ -33,9 +33,10 @@ _DEVICE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("conv", r"conv|implicit_?gemm.*fprop|winograd|dgrad|wgrad|cudnn.*fprop"),
         ("gemm", r"gemm|gemv|cutlass|Cijk_|sm\d+_xmma|matmul|(^|[^a-z])fc([^a-z]|$)|"
                  r"(^|[^a-z])mm([^a-z]|$)|addmm|bmm|linear|dot_product|tensorop"),
-        ("reduction", r"reduce|softmax|norm|(^|[^a-z])sum([^a-z]|$)|mean|argmax|argmin|cumsum|"
+        ("reduction", r"reduce|softmax|norm|bn_fw|bn_bw|batch_?norm|(^|[^a-z])sum([^a-z]|$)|mean|argmax|argmin|cumsum|"
                       r"triton_red|triton_per|scan|topk|sort"),
         ("elementwise", r"elementwise|vectorized|unrolled|triton_poi|copy|fill|where|clamp|clip|"
+                        r"nchwToNhwc|nhwcToNchw|transpose|"
                         r"relu|sigmoid|tanh|gelu|silu|(^|[^a-z])(add|sub|mul|div|divide|neg|exp|log2?|"
                         r"sqrt|rsqrt|reciprocal|pow|abs|eq|ne|gt|lt|ge|le|cat|nan_to_num|"
                         r"threshold_backward|sigmoid_backward|tanh_backward|bucketize|index|"
@@ -116,7 +117,7 @@ def coll_op_of(name: str) -> str | None:
     for op, keys in table:
         if any(n.startswith(k) or k in n.split("(")[0] for k in keys):
             return op
-    return n.split("(")[0] or None
+    return None
 
 
 def classify(cat: str | None, name: str) -> str:
@@ -142,11 +143,11 @@ def classify(cat: str | None, name: str) -> str:
     if cat in ("kernel", "Kernel"):
         return _device_kind(name)
     if cat in ANNOTATION_CATS or cat.endswith("annotation"):
-        if low.startswith(COLL_PREFIXES) and cat != "gpu_user_annotation":
+        if low.startswith(COLL_PREFIXES) and cat != "gpu_user_annotation" and coll_op_of(name):
             return "p2p" if coll_op_of(name) in ("send", "recv") else "collective"
         return "annotation"
     if cat in ("cpu_op", "operator", "Operator"):
-        if name == "record_param_comms" or name.startswith("c10d::"):
+        if name == "record_param_comms" or (name.startswith("c10d::") and coll_op_of(name)):
             op = coll_op_of(name) if name.startswith("c10d::") else None
             return "p2p" if op in ("send", "recv") else "collective"
         if low.startswith("optimizer.") or "optimizer" in low:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mtia_trace.ingest.classify import coll_op_of
 from mtia_trace.ingest.decode import Args
@@ -187,6 +188,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
         if nolink:
             warnings.append(f"{nolink} device collectives are not linked to a host collective op")
 
+    _share_within(rank, pg, seq, idx, b_in, b_out, gsize)
     truncated = {str(v) for v in pg_ranks[idx].tolist() if v is not None and "..." in str(v)}
     if truncated:
         warnings.append(f"{len(truncated)} process-group rank lists are truncated in the trace "
@@ -194,3 +196,17 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     cols.update(coll_op=coll_op, coll_bytes_in=b_in, coll_bytes_out=b_out, group_size=gsize,
                 pg=pg, pg_ranks=pg_ranks, coll_seq=seq)
     return warnings
+
+
+def _share_within(rank: np.ndarray, pg: np.ndarray, seq: np.ndarray, idx: np.ndarray,
+                  b_in: np.ndarray, b_out: np.ndarray, gsize: np.ndarray) -> None:
+    """Events of one collective (same rank, pg, seq) share the sizes any of them recorded."""
+    rows = idx[seq[idx] >= 0]
+    if not len(rows):
+        return
+    df = pd.DataFrame({"rank": rank[rows], "pg": pd.Series(pg[rows]).fillna("").to_numpy(),
+                       "seq": seq[rows], "bin": b_in[rows], "bout": b_out[rows], "g": gsize[rows]})
+    m = df.groupby(["rank", "pg", "seq"])[["bin", "bout", "g"]].transform("max")
+    b_in[rows] = np.where(b_in[rows] > 0, b_in[rows], m["bin"].to_numpy())
+    b_out[rows] = np.where(b_out[rows] > 0, b_out[rows], m["bout"].to_numpy())
+    gsize[rows] = np.where(gsize[rows] > 0, gsize[rows], m["g"].to_numpy())
