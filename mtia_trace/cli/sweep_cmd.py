@@ -1,0 +1,58 @@
+"""`mtia-trace sweep`: replay one trace on a grid of what-if spec values."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import typer
+
+from mtia_trace.cli.output import render_table
+from mtia_trace.errors import RunExistsError, UsageError
+
+
+def sweep(
+    trace: Path = typer.Argument(..., help="Kineto trace (.json / .json.gz) or a folder with one per rank."),
+    hw: str = typer.Option(..., "--hw", help="Target hardware: a bundled spec name or a .toml path."),
+    vary: list[str] = typer.Option(..., "--vary", metavar="KEY=V1,V2,...",
+                                   help="A spec key and its values (repeatable; axes multiply)."),
+    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                        help="Fixed override applied at every point (repeatable)."),
+    mode: str = typer.Option("auto", "--mode", help="Compute costing: auto, roofline or scaled."),
+    loss_rate: float = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
+                                    help="Packet loss probability for retransmissions."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the loss draws."),
+    out: Path = typer.Option(None, "--out", help="Parquet file for the table "
+                             "(default runs/<trace>-<hw>-sweep.parquet)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only where the table was written."),
+) -> None:
+    """Replay a trace at every point of a grid of spec values; print and store step time and
+    attribution (mean over ranks and steps, us) per point.
+
+    Example: mtia-trace sweep trace_dir --hw mtia300 --vary comm.message_engines=4,8,16,32
+    """
+    from mtia_trace.cli.replay_cmd import Progress, trace_stem
+    from mtia_trace.ingest import load
+    from replay.sweep import parse_vary, sweep as run_sweep
+
+    if mode not in ("auto", "roofline", "scaled"):
+        raise UsageError(f"--mode {mode}: use auto, roofline or scaled")
+    axes = parse_vary(list(vary))
+    label = Path(hw).stem if hw.endswith(".toml") else hw
+    dest = out if out is not None else Path("runs") / f"{trace_stem(trace)}-{label}-sweep.parquet"
+    if dest.exists() and not force:
+        raise RunExistsError(f"{dest}: exists; pass --force to replace it or --out to choose another file")
+    progress = Progress(quiet)
+    progress(f"ingesting {trace}")
+    events = load(trace).events
+    table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
+                      seed=seed, progress=progress)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp)
+    os.replace(tmp, dest)
+    if not quiet:
+        typer.echo(render_table(table))
+    typer.echo(f"sweep written to {dest}")
