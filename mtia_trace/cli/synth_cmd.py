@@ -1,0 +1,40 @@
+"""`mtia-trace synth`: write synthetic DLRM-style multi-rank Kineto traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mtia_trace.synth import PRESETS, SynthOptions, synthesize
+
+_PRESETS_HELP = "; ".join(f"{n}: {m.doc}" for n, m in PRESETS.items())
+
+
+def synth(
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory (one .json.gz per rank)."),
+    preset: str = typer.Option("dlrm-dcnv2", "--preset", help=f"Built-in model. {_PRESETS_HELP}."),
+    model: Path | None = typer.Option(None, "--model", help="Custom model file (TOML/JSON: tables "
+                                      "[rows, dim, pooling], bottom_mlp, top_mlp, batch); overrides --preset."),
+    ranks: int | None = typer.Option(None, "--ranks", help="Ranks (default: the model's)."),
+    steps: int = typer.Option(2, "--steps", help="Profiler steps per rank."),
+    batch: int | None = typer.Option(None, "--batch", help="Global batch per step (default: the model's)."),
+    sharding: str | None = typer.Option(None, "--sharding", help="Embedding sharding: tw, rw, cw, "
+                                        "twrw or dp (default: the model's)."),
+    mode: str = typer.Option("train", "--mode", help="train or infer (forward only)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the duration jitter."),
+    source_hw: str = typer.Option("h100", "--source-hw", help="Hardware spec the durations come from."),
+    zipf: float = typer.Option(0.0, "--zipf", help="Embedding id skew (Zipf exponent; 0 = uniform)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output directory."),
+) -> None:
+    """Generate synthetic DLRM-style training or inference traces, one Kineto file per rank.
+
+    Example: mtia-trace synth --preset dlrm-dcnv2 --ranks 8 --steps 2 -o traces/dcnv2
+    """
+    res = synthesize(SynthOptions(preset=preset, model_file=str(model) if model else None,
+                                  ranks=ranks, steps=steps, batch=batch, sharding=sharding,
+                                  mode=mode, seed=seed, source_hw=source_hw, zipf=zipf),
+                     out, force=force)
+    m = res.model
+    typer.echo(f"wrote {len(res.files)} trace(s) to {res.out_dir}: {m.name}, {m.ranks} ranks,"
+               f" {m.sharding}, batch {m.batch}, {res.events} events, {res.bytes / 1e6:.2f} MB")

@@ -1,0 +1,273 @@
+"""Schedule the step program on every rank at once and emit the trace events as columns.
+
+One pass over the program per step (a Python loop over ops, which are few); every quantity is an
+array over ranks. Times are integer nanoseconds, so the dependencies hold exactly in the written
+microsecond timestamps (3 decimals):
+- a device event starts at ``max(its runtime call's end, the previous event on its stream)``;
+- a ``Stream Wait Event`` (cuda_sync) occupies its stream until the recorded event has fired;
+- a collective kernel starts when its rank arrives and ends, on every member of its process group,
+  when the last member has arrived plus the transfer time;
+- ``cudaDeviceSynchronize`` ends when every stream of the device is idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mtia_trace.synth import costing as C
+from mtia_trace.synth.costing import SourceHardware
+from mtia_trace.synth.sharding import Collective, Groups
+from mtia_trace.synth.workload import Annot, Comm, Op, Program, Sync, Wait
+
+COMPUTE_STREAM = 7
+COMM_STREAM = {"world": 20, "intra": 24, "cross": 28}
+HOST_PID = 100000
+T0_NS = 1_000_000_000_000  # trace clock origin: 1e9 us
+
+_NCCL_KERNEL = {
+    "allreduce": "ncclDevKernel_AllReduce_Sum_{t}_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "all_to_allv": "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+    "_reduce_scatter_base": "ncclDevKernel_ReduceScatter_Sum_{t}_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "_allgather_base": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+}
+_NCCL_TYPE = {"Float": "f32", "BFloat16": "bf16", "Half": "f16", "Long": "i64", "Int": "i32"}
+_ANNOT_OP = {"all_to_allv": "nccl:all_to_all", "allreduce": "nccl:all_reduce",
+             "_reduce_scatter_base": "nccl:_reduce_scatter_base",
+             "_allgather_base": "nccl:_all_gather_base"}
+_CBID = {"cudaLaunchKernel": 211, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147,
+         "cudaDeviceSynchronize": 165}
+TRUNCATE = 30  # record_param_comms writes at most 30 list entries, then ", ..."
+
+
+@dataclass
+class Rec:
+    """One template event on every rank: arrays of shape (ranks,) for what differs by rank."""
+
+    ph: str                   # X, s, f
+    cat: str
+    name: str
+    device: bool
+    stream: int               # device events: stream id
+    ts: np.ndarray            # ns
+    dur: np.ndarray | None    # ns
+    ext: int | None
+    corr: int | None          # correlation (X) or flow id (s/f)
+    seq: int | None = None
+    args: dict | list | None = None   # static args (a list when they differ per rank)
+
+
+def fmt_list(values: np.ndarray) -> str:
+    vals = [int(v) for v in values[:TRUNCATE]]
+    tail = ", ..." if len(values) > TRUNCATE else ""
+    return "[" + ", ".join(map(str, vals)) + tail + "]"
+
+
+class Timeline:
+    def __init__(self, hw: SourceHardware, ranks: int, bf16: bool, seed: int) -> None:
+        self.hw, self.R, self.bf16 = hw, ranks, bf16
+        self.rng = np.random.default_rng(seed)
+        self.h = np.full(ranks, T0_NS, np.int64)
+        self.free: dict[int, np.ndarray] = {COMPUTE_STREAM: self.h.copy()}
+        self.pending: dict[str, tuple[np.ndarray, int, int]] = {}
+        self.seq: dict[str, int] = {}
+        self.next_id = 1
+        self.recs: list[Rec] = []
+        self._coll_cache: dict[int, tuple[np.ndarray, list[dict]]] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _host(self, base_us: float) -> np.ndarray:
+        return np.rint(base_us * 1e3 * self.rng.lognormal(0.0, C.HOST_JITTER, self.R)).astype(np.int64)
+
+    def _runtime(self, name: str, ext: int | None = None) -> tuple[int, np.ndarray, np.ndarray]:
+        """A runtime call at the host clock; returns (correlation, start, end)."""
+        corr = self._id()
+        start = self.h.copy()
+        dur = self._host(self.hw.launch_us if name == "cudaLaunchKernel" else C.RUNTIME_CALL_US)
+        self.h = self.h + dur
+        self.recs.append(Rec("X", "cuda_runtime", name, False, -1, start, dur,
+                             corr if ext is None else ext, corr, args={"cbid": _CBID[name]}))
+        return corr, start, self.h.copy()
+
+    def _device(self, cat: str, name: str, stream: int, corr: int, ext: int, start: np.ndarray,
+                end: np.ndarray, args: dict | list, seq: int | None = None,
+                call_start: np.ndarray | None = None) -> None:
+        self.recs.append(Rec("X", cat, name, True, stream, start, end - start, ext, corr, seq, args))
+        if call_start is not None:
+            self.recs.append(Rec("s", "ac2g", "ac2g", False, -1, call_start, None, None, corr))
+            self.recs.append(Rec("f", "ac2g", "ac2g", True, stream, start, None, None, corr))
+
+    def _stream(self, s: int) -> np.ndarray:
+        if s not in self.free:
+            self.free[s] = np.full(self.R, T0_NS, np.int64)
+        return self.free[s]
+
+    def _wait(self, stream: int, on_stream: int, rec_corr: int, rec_time: np.ndarray,
+              ext: int | None = None) -> None:
+        corr, c0, c1 = self._runtime("cudaStreamWaitEvent", ext)
+        start = np.maximum(c1, self._stream(stream))
+        end = np.maximum(start, rec_time)
+        self.free[stream] = end
+        self._device("cuda_sync", "Stream Wait Event", stream, corr, corr if ext is None else ext,
+                     start, end, {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": on_stream,
+                                  "wait_on_cuda_event_record_corr_id": rec_corr, "context": 1},
+                     call_start=c0)
+
+    @staticmethod
+    def _group_max(x: np.ndarray, g: Groups) -> np.ndarray:
+        m = np.stack(g.members)
+        return x[m].max(axis=1)[g.gid]
+
+    # -- instructions -------------------------------------------------------------------------
+    def annot(self, a: Annot, open_: dict[str, tuple[np.ndarray, int]]) -> None:
+        if a.begin:
+            open_[a.name] = (self.h.copy(), self._id())
+            self.h = self.h + self._host(1.0)
+        else:
+            start, ext = open_.pop(a.name)
+            self.h = self.h + self._host(1.0)
+            self.recs.append(Rec("X", "user_annotation", a.name, False, -1, start, self.h - start,
+                                 ext, None, args={"Record function id": 0}))
+
+    def op(self, op: Op) -> None:
+        opened = []
+        for name in op.wrappers:
+            opened.append((name, self.h.copy(), self._id()))
+            self.h = self.h + self._host(C.HOST_OP_US)
+        for leaf in op.leaves:
+            start, ext = self.h.copy(), self._id()
+            self.h = self.h + self._host(C.HOST_OP_US)
+            if leaf.kernel is not None:
+                k = leaf.kernel
+                corr, c0, c1 = self._runtime("cudaLaunchKernel", ext)
+                dur = self.hw.kernel_us(k.kind, k.flops, k.nbytes, self.bf16)
+                dur = np.rint(dur * 1e3 * self.rng.lognormal(0.0, C.DEVICE_JITTER, self.R)).astype(np.int64)
+                ks = np.maximum(c1, self.free[COMPUTE_STREAM])
+                self.free[COMPUTE_STREAM] = ks + dur
+                self._device("kernel", k.name, COMPUTE_STREAM, corr, ext, ks, ks + dur,
+                             {"queued": 0, "context": 1, "stream": COMPUTE_STREAM},
+                             call_start=c0)
+            self.h = self.h + self._host(C.HOST_POST_US)
+            self.recs.append(Rec("X", "cpu_op", leaf.name, False, -1, start, self.h - start, ext,
+                                 None, args=leaf.args))
+        for name, start, ext in reversed(opened):
+            self.h = self.h + self._host(C.HOST_POST_US)
+            self.recs.append(Rec("X", "cpu_op", name, False, -1, start, self.h - start, ext, None,
+                                 args={"Record function id": 0}))
+        self.h = self.h + self._host(C.HOST_GAP_US)
+
+    def comm(self, c: Collective) -> None:
+        g = c.groups
+        stream = COMM_STREAM[g.kind]
+        seq = self.seq[g.kind] = self.seq.get(g.kind, 0) + 1
+        transfer_us, per_rank_args = self._coll_static(c)
+        outer_start, outer_ext = self.h.copy(), self._id()
+        self.h = self.h + self._host(C.HOST_OP_US)
+        rpc_start, rpc_ext = self.h.copy(), self._id()
+        self.h = self.h + self._host(C.HOST_OP_US)
+        # the NCCL stream waits for the producer of the input on the compute stream
+        rec_corr, _, _ = self._runtime("cudaEventRecord", rpc_ext)
+        self._wait(stream, COMPUTE_STREAM, rec_corr, self.free[COMPUTE_STREAM].copy(), rpc_ext)
+        ann_start, ann_ext = self.h.copy(), self._id()
+        corr, c0, c1 = self._runtime("cudaLaunchKernel", ann_ext)
+        arrive = np.maximum(c1, self._stream(stream))
+        jit = self.rng.lognormal(0.0, C.DEVICE_JITTER, len(g.members))[g.gid]
+        xfer = np.rint(self._group_max(transfer_us * 1e3 * jit, g)).astype(np.int64)
+        end = self._group_max(arrive, g) + xfer
+        self.free[stream] = end
+        name = _NCCL_KERNEL[c.op].format(t=_NCCL_TYPE.get(c.dtype, "f32"))
+        kargs = [dict(a, queued=0, context=1, stream=stream) for a in per_rank_args]
+        self._device("kernel", name, stream, corr, ann_ext, arrive, end, kargs, seq, call_start=c0)
+        self.h = self.h + self._host(C.HOST_POST_US)
+        self.recs.append(Rec("X", "user_annotation", _ANNOT_OP[c.op], False, -1, ann_start,
+                             self.h - ann_start, ann_ext, None, args={"Record function id": 0}))
+        # the work's end event, which Work.wait() makes the compute stream wait on
+        end_corr, _, _ = self._runtime("cudaEventRecord", rpc_ext)
+        self.pending[c.label] = (end.copy(), end_corr, stream)
+        self.h = self.h + self._host(C.HOST_POST_US)
+        self.recs.append(Rec("X", "cpu_op", "record_param_comms", False, -1, rpc_start,
+                             self.h - rpc_start, rpc_ext, None, seq,
+                             [dict(a, **{"Record function id": 0}) for a in per_rank_args]))
+        self.h = self.h + self._host(C.HOST_POST_US)
+        self.recs.append(Rec("X", "cpu_op", c.c10d, False, -1, outer_start, self.h - outer_start,
+                             outer_ext, None, None,
+                             [{"Record function id": 0, "Input Dims": [[int(a["Out msg nelems"])],
+                                                                       [int(a["In msg nelems"])]],
+                               "Input type": [_TORCH_TYPE.get(c.dtype, "float")] * 2}
+                              for a in per_rank_args]))
+        self.h = self.h + self._host(C.HOST_GAP_US)
+
+    def _coll_static(self, c: Collective) -> tuple[np.ndarray, list[dict]]:
+        key = id(c)
+        if key not in self._coll_cache:
+            g = c.groups
+            args = []
+            for r in range(self.R):
+                mem = g.members[g.gid[r]]
+                a = {"Collective name": c.op, "dtype": c.dtype,
+                     "In msg nelems": int(c.in_nelems[r]), "Out msg nelems": int(c.out_nelems[r]),
+                     "Group size": int(g.size),
+                     "In split size": fmt_list(c.matrix[r]) if c.matrix is not None else "[]",
+                     "Out split size": "[]",
+                     "Process Group Name": g.names[g.gid[r]], "Process Group Description": g.desc,
+                     "Process Group Ranks": fmt_list(mem), "Rank": r}
+                args.append(a)
+            if c.matrix is not None:
+                recv = c.matrix[np.stack(g.members)[g.gid], _pos(g)[:, None]]
+                for r in range(self.R):
+                    args[r]["Out split size"] = fmt_list(recv[r])
+            self._coll_cache[key] = (self.hw.collective_us(c), args)
+        return self._coll_cache[key]
+
+    def wait(self, w: Wait) -> None:
+        end, rec_corr, stream = self.pending.pop(w.label)
+        start, ext = self.h.copy(), self._id()
+        self.h = self.h + self._host(C.HOST_OP_US)
+        self._wait(COMPUTE_STREAM, stream, rec_corr, end, ext)
+        self.h = self.h + self._host(C.HOST_POST_US)
+        self.recs.append(Rec("X", "cpu_op", "c10d_functional::wait_tensor", False, -1, start,
+                             self.h - start, ext, None, args={"Record function id": 0}))
+        self.h = self.h + self._host(C.HOST_GAP_US)
+
+    def sync(self) -> None:
+        corr, c0, _ = self._runtime("cudaDeviceSynchronize")
+        busy = np.max(np.stack(list(self.free.values())), axis=0)
+        end = np.maximum(self.h, busy) + self._host(0.5)
+        self.recs[-1].dur = end - c0
+        self.h = end
+
+    def step(self, prog: Program, number: int) -> None:
+        self.h = self.h + self._host(C.STEP_GAP_US)
+        start, ext = self.h.copy(), self._id()
+        self.h = self.h + self._host(1.0)
+        open_: dict[str, tuple[np.ndarray, int]] = {}
+        for ins in prog.instrs:
+            if isinstance(ins, Op):
+                self.op(ins)
+            elif isinstance(ins, Comm):
+                self.comm(ins.coll)
+            elif isinstance(ins, Wait):
+                self.wait(ins)
+            elif isinstance(ins, Annot):
+                self.annot(ins, open_)
+            elif isinstance(ins, Sync):
+                self.sync()
+        self.h = self.h + self._host(1.0)
+        self.recs.append(Rec("X", "user_annotation", f"ProfilerStep#{number}", False, -1, start,
+                             self.h - start, ext, None, args={"Record function id": 0}))
+
+
+_TORCH_TYPE = {"Float": "float", "Long": "long int", "Int": "int", "BFloat16": "c10::BFloat16",
+               "Half": "c10::Half"}
+
+
+def _pos(g: Groups) -> np.ndarray:
+    pos = np.empty(len(g.gid), np.int64)
+    for m in g.members:
+        pos[m] = np.arange(len(m))
+    return pos
