@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 from enum import Enum
 from pathlib import Path
@@ -31,17 +33,20 @@ def _load_baseline(path: Path) -> RunData:
 
 
 def _replay_pair(trace: Path, hws: list[str], progress: Progress) -> tuple[RunData, RunData]:
-    """Replay ``trace`` once per hardware spec into a temporary folder and load both runs."""
-    from mtia_trace.pipeline import replay_trace  # the `replay` command's library function
+    """Replay ``trace`` on both specs with the `replay` command (output captured, not printed)
+    into a temporary folder, and load both runs."""
+    from mtia_trace.cli.replay_cmd import Mode, destinations, replay
 
-    runs = []
+    if hws[0] == hws[1]:
+        raise UsageError(f"--hw {hws[0]} given twice; pass two different specs, baseline first")
+    progress.update(f"replaying on {' and '.join(hws)}", advance=0)
     with tempfile.TemporaryDirectory(prefix="mtia-trace-compare-") as tmp:
-        for hw in hws:
-            progress.update(f"replaying on {hw}", advance=0)
-            out = Path(tmp) / hw
-            replay_trace(trace, hw=hw, out=out)
-            runs.append(load_run(out))
-    return runs[0], runs[1]
+        with contextlib.redirect_stdout(io.StringIO()):
+            replay(trace, hw=hws, overrides=[], mode=Mode.auto, loss_rate=0.0, seed=0,
+                   out=Path(tmp), force=False, quiet=True)
+        dests = destinations(trace, hws, Path(tmp))
+        base, new = (load_run(dests[h]) for h in hws)
+    return base, new
 
 
 def compare(

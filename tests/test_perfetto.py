@@ -1,0 +1,101 @@
+"""`export --perfetto`: Chrome-trace JSON that re-ingests with the run's slices and times."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow.compute as pc
+import pytest
+import report_sample
+
+from analyzers.report.run_data import load_run
+from mtia_trace.cli import main
+from mtia_trace.ingest import load
+
+SHIFT_US = 7.25
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("perfetto")
+    result = report_sample.build_run()
+    ev = result.events  # replayed times differ from measured ones: the export must use these
+    for col in ("start_us", "end_us"):
+        ev = ev.set_column(ev.schema.get_field_index(col), ev.schema.field(col),
+                           pc.add(ev.column(col), SHIFT_US))
+    result.events = ev
+    run_dir = report_sample.write_run(result, root / "sample")
+    out = root / "sample.json"
+    main(["export", str(run_dir), "--perfetto", str(out), "--quiet"])
+    return run_dir, out
+
+
+def _doc(path: Path) -> list[dict]:
+    return orjson.loads(path.read_bytes())["traceEvents"]
+
+
+def test_one_track_per_rank_and_stream(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    events = load_run(run_dir, analyses=False).events
+    doc = _doc(out)
+    procs = sorted(e["args"]["name"] for e in doc if e["ph"] == "M" and e["name"] == "process_name")
+    assert procs == [f"rank {r}" for r in range(report_sample.RANKS)]
+    threads = {(e["pid"], e["tid"]) for e in doc if e["ph"] == "M" and e["name"] == "thread_name"}
+    tracks = set(zip(events.column("rank").to_pylist(), events.column("track").to_pylist()))
+    assert len(threads) == len(tracks) == report_sample.RANKS * 3
+    # every slice sits on a named thread of its rank
+    assert {(e["pid"], e["tid"]) for e in doc if e["ph"] == "X"} == threads
+
+
+def test_slices_carry_their_attribution_component(exported: tuple[Path, Path]) -> None:
+    doc = _doc(exported[1])
+    by_kind = {}
+    for e in doc:
+        if e["ph"] == "X":
+            by_kind.setdefault(e["args"]["kind"], set()).add(e["args"]["component"])
+    assert by_kind["gemm"] == {"compute"} and by_kind["embedding"] == {"fetch"}
+    assert by_kind["collective"] == {"collective"} and by_kind["runtime"] == {"host"}
+    assert by_kind["annotation"] == {"none"}
+
+
+def test_flow_arrows_for_launches_and_collectives(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    run = load_run(run_dir, analyses=False)
+    doc = _doc(out)
+    starts = {e["id"]: e for e in doc if e["ph"] == "s"}
+    ends = {e["id"]: e for e in doc if e["ph"] == "f"}
+    assert starts.keys() == ends.keys()
+    cats = Counter(e["cat"] for e in starts.values())
+    launches = int((run.events.column("launch_id").to_numpy() >= 0).sum())
+    coll_edges = run.edges.column("type").to_pylist().count("collective")
+    assert cats == {"ac2g": launches, "collective": coll_edges} and launches > 0
+    slices = {(e["pid"], e["tid"], e["ts"]) for e in doc if e["ph"] == "X"}
+    for f in ends.values():  # each arrow lands on the start of a slice
+        assert (f["pid"], f["tid"], f["ts"]) in slices
+    assert any(starts[i]["pid"] != ends[i]["pid"] for i in starts)  # collectives cross ranks
+
+
+def test_reingests_with_the_same_slices_and_times(exported: tuple[Path, Path]) -> None:
+    run_dir, out = exported
+    run = load_run(run_dir, analyses=False).events
+    back = load(out).events
+    assert back.num_rows == run.num_rows
+    assert Counter(back.column("name").to_pylist()) == Counter(run.column("name").to_pylist())
+    got = np.sort(np.stack([back.column("ts_us").to_numpy(),
+                            back.column("ts_us").to_numpy() + back.column("dur_us").to_numpy()]),
+                  axis=1)
+    want = np.sort(np.stack([run.column("start_us").to_numpy(), run.column("end_us").to_numpy()]),
+                   axis=1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    measured = np.sort(run.column("ts_us").to_numpy())
+    np.testing.assert_allclose(got[0] - measured, SHIFT_US)
+
+
+def test_refuses_to_overwrite(exported: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir, out = exported
+    with pytest.raises(SystemExit) as exc:
+        main(["export", str(run_dir), "--perfetto", str(out)])
+    assert exc.value.code == 2 and "--force" in capsys.readouterr().err
