@@ -1,26 +1,37 @@
--- Events on each step's critical path in time order; consecutive events of the same op on the
--- same rank are collapsed into one row. start/end in trace-clock us; busy_us sums their run time.
-WITH cp AS (
-    SELECT rank, step, event_id, name, kind, start_us, end_us, bound_by,
-        row_number() OVER (PARTITION BY step ORDER BY start_us, end_us, rank, event_id)
-        - row_number() OVER (PARTITION BY step, rank, name ORDER BY start_us, end_us, rank, event_id)
-            AS island
+-- Each rank's critical path per step, in time order: the innermost critical events (a critical
+-- event that encloses another critical event is left out), with consecutive events of the same
+-- op collapsed into one row. at_us: start relative to the rank's step start; busy_us: summed
+-- run time of the collapsed events; bound_by: what the first of them waited for. Times in us.
+WITH crit AS (
+    SELECT rank, step, event_id, name, kind, start_us, end_us, bound_by
     FROM events
     WHERE critical AND ph = 'X' AND kind <> 'annotation'
+      AND event_id NOT IN (SELECT parent_id FROM events WHERE critical AND parent_id >= 0)
 ),
-runs AS (
-    SELECT step, rank, name, island,
+cp AS (
+    SELECT *,
+        row_number() OVER (PARTITION BY rank, step ORDER BY start_us, end_us, event_id)
+        - row_number() OVER (PARTITION BY rank, step, name ORDER BY start_us, end_us, event_id)
+            AS island
+    FROM crit
+),
+collapsed AS (
+    SELECT rank, step, name, island,
         any_value(kind)                                   AS kind,
         count(*)                                          AS events,
         min(start_us)                                     AS start_us,
         max(end_us)                                       AS end_us,
         sum(end_us - start_us)                            AS busy_us,
-        arg_min(bound_by, start_us)                       AS bound_by   -- what the first one waited for
+        arg_min(bound_by, start_us)                       AS bound_by
     FROM cp
-    GROUP BY step, rank, name, island
+    GROUP BY rank, step, name, island
 )
-SELECT step,
-    row_number() OVER (PARTITION BY step ORDER BY start_us, end_us, rank, name) AS seq,
-    rank, name, kind, events, start_us, end_us, busy_us, bound_by
-FROM runs
-ORDER BY step, seq;
+SELECT c.step, c.rank,
+    row_number() OVER (PARTITION BY c.rank, c.step ORDER BY c.start_us, c.end_us, c.name) AS seq,
+    c.name, c.kind, c.events,
+    c.start_us - coalesce(s.start_us, 0)                  AS at_us,
+    c.end_us - c.start_us                                 AS span_us,
+    c.busy_us, c.bound_by
+FROM collapsed AS c
+LEFT JOIN steps AS s ON s.rank = c.rank AND s.step = c.step
+ORDER BY c.step, c.rank, seq;

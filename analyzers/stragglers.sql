@@ -1,6 +1,10 @@
 -- Collective instances whose ranks arrived at different times, largest lead first.
 -- lead_us: how long after the first rank the last (late) rank arrived; every other rank of the
--- group waited up to that long. times_late: collectives in this run where late_rank was last.
+-- group waited up to that long. first/last_arrival_at_us: arrivals relative to the step's start
+-- (earliest rank). times_late: collectives in this run where late_rank arrived last.
+WITH step_span AS (
+    SELECT step, min(start_us) AS start_us, avg(total_us) AS step_us FROM steps GROUP BY step
+)
 SELECT
     c.step,
     c.pg,
@@ -11,11 +15,11 @@ SELECT
     c.skew_us                                               AS lead_us,
     100 * c.skew_us / nullif(s.step_us, 0)                  AS lead_pct_of_step,
     c.bytes,
-    c.first_arrival_us,
-    c.last_arrival_us,
+    c.first_arrival_us - coalesce(s.start_us, 0)            AS first_arrival_at_us,
+    c.last_arrival_us - coalesce(s.start_us, 0)             AS last_arrival_at_us,
     count(*) OVER (PARTITION BY c.late_rank)                AS times_late
 FROM collectives AS c
-LEFT JOIN (SELECT step, avg(total_us) AS step_us FROM steps GROUP BY step) AS s USING (step)
+LEFT JOIN step_span AS s USING (step)
 WHERE c.ranks > 1 AND c.skew_us > 0
 ORDER BY lead_us DESC, c.pg, c.coll_seq
 LIMIT 50;

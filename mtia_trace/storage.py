@@ -149,7 +149,7 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
         }
         full.setdefault("timings_s", {})["write"] = round(time.perf_counter() - t0, 4)
         (tmp / META_FILE).write_bytes(
-            orjson.dumps(full, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+            orjson.dumps(_jsonable(full), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
                          default=str))
         run = Run(dest.resolve(), dest.name, full)
         (tmp / VIEWS_FILE).write_text(_views_file(run))
@@ -159,6 +159,15 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return run
+
+
+def _jsonable(value: object) -> object:
+    """Metadata as JSON: keys become strings, tuples lists (numpy and paths via orjson default)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def _umask() -> int:

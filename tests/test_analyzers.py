@@ -101,3 +101,28 @@ def test_select_rejects_unknown_names() -> None:
     with pytest.raises(UsageError, match="nope: unknown analyzer; choose from step_breakdown"):
         select(["nope"])
     assert [a.NAME for a in select(["idle", "top_ops"])] == ["idle", "top_ops"]
+
+
+def test_critical_path_keeps_innermost_events_and_collapses_repeats(tmp_path: Path) -> None:
+    from mtia_trace import schema
+
+    # GIVEN one rank whose critical path is A enclosing B, C, C, D
+    names = ["A", "B", "C", "C", "D"]
+    start = [0.0, 0.0, 40.0, 60.0, 80.0]
+    end = [100.0, 40.0, 60.0, 80.0, 100.0]
+    n = len(names)
+    events = schema.from_columns({
+        "rank": [0] * n, "event_id": list(range(n)), "name": names, "kind": ["host_op"] * n,
+        "ph": ["X"] * n, "track": ["host:1:1"] * n, "is_device": [False] * n,
+        "ts_us": start, "dur_us": [e - s for s, e in zip(start, end)], "step": [0] * n,
+        "parent_id": [-1, 0, 0, 0, 0], "depth": [0, 1, 1, 1, 1], "start_us": start,
+        "end_us": end, "critical": [True] * n, "bound_by": ["none"] + ["track"] * 4,
+        **{c: [0.0] * n for c in ("compute_us", "fetch_us", "collective_us", "retry_us",
+                                  "host_us", "queue_us")},
+    }, schema=schema.REPLAYED_EVENTS_SCHEMA)
+    tables = {**tiny_tables(), "events": events}
+    con = connect([write_run(tables, tmp_path / "r", {})])
+    # WHEN the critical path is collapsed  THEN the chain is B, C x2, D
+    rows = ANALYZERS["critical_path"].run(con).to_pylist()
+    assert [(r["name"], r["events"], r["busy_us"]) for r in rows] == [
+        ("B", 1, 40.0), ("C", 2, 40.0), ("D", 1, 20.0)]

@@ -36,7 +36,9 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
-        if value != 0 and (abs(value) >= 1e12 or abs(value) < 1e-3):
+        if abs(value) < 1e-9:
+            return "0"  # float noise of sums that cancel
+        if abs(value) >= 1e15 or abs(value) < 1e-3:
             return f"{value:.4g}"
         return f"{value:,.3f}".rstrip("0").rstrip(".")
     return str(value)
@@ -49,8 +51,28 @@ def _cells(table: pa.Table, max_rows: int | None) -> tuple[list[list[str]], int]
     return rows, table.num_rows - shown.num_rows
 
 
+_LABELS = {"", "...", "mean", "total", "all"}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", ""))
+    except ValueError:
+        return text in _LABELS
+    return True
+
+
 def _numeric(table: pa.Table) -> list[bool]:
-    return [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in table.schema]
+    """Columns to right-align: numbers, and text columns holding only numbers and row labels."""
+    out = []
+    for f, col in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+            out.append(True)
+        elif pa.types.is_string(f.type) and table.num_rows:
+            out.append(all(_is_number(v or "") for v in col.to_pylist()))
+        else:
+            out.append(False)
+    return out
 
 
 def render_table(table: pa.Table, *, max_rows: int | None = None) -> str:
