@@ -30,6 +30,11 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _KEY = np.int64(1) << np.int64(40)
 
 
+def _isin(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
+    """Hash-based membership for object arrays (np.isin sorts Python objects)."""
+    return pd.Series(values, copy=False).isin(choices).to_numpy()
+
+
 def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
     cols: dict[str, Any] = {}
     for key in raws[0].cols:
@@ -152,13 +157,17 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     n = len(kind)
     flops, rd, wr = np.zeros(n), np.zeros(n), np.zeros(n)
     dtype = np.full(n, None, dtype=object)
-    with_args = np.array([a is not None for a in args.tolist()], dtype=bool)
-    host_shape = np.flatnonzero(with_args & ~is_dev & np.isin(kind, _SHAPE_KINDS))
+    with_args = pd.Series(args, copy=False).notna().to_numpy()
+    host_shape = np.flatnonzero(with_args & ~is_dev & _isin(kind, _SHAPE_KINDS))
+    memo: dict[str, tuple[float, float, float, str | None]] = {}
     for i in host_shape.tolist():
         a = args[i]
-        f, r, w, dt = op_cost(kind[i], name[i], a.input_dims, a.input_type, a.concrete)
-        flops[i], rd[i], wr[i], dtype[i] = f, r, w, dt
-    for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~np.isin(kind, _SHAPE_KINDS)).tolist():
+        key = f"{kind[i]}|{name[i]}|{a.input_dims}|{a.input_type}|{a.concrete}"
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = op_cost(kind[i], name[i], a.input_dims, a.input_type, a.concrete)
+        flops[i], rd[i], wr[i], dtype[i] = got
+    for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~_isin(kind, _SHAPE_KINDS)).tolist():
         a = args[i]
         if a.input_type:
             dtype[i] = next((t for t in a.input_type if t not in ("", "Scalar", "ScalarList")), None)
@@ -173,7 +182,7 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         wr[i] = b
         if kind[i] == "memcpy":
             rd[i] = b
-    for i in np.flatnonzero(is_dev & (dtype == None)).tolist():  # noqa: E711
+    for i in np.flatnonzero(is_dev & pd.isna(dtype)).tolist():
         m = _MTIA_DTYPE.search(name[i])
         if m:
             dtype[i] = m.group(1)
@@ -202,7 +211,7 @@ def _inherit(cols: dict[str, Any]) -> None:
     kind, is_dev, rank, ext = cols["kind"], cols["is_device"], cols["rank"], cols["external_id"]
     launch, parent, cat = cols["launch_id"], cols["parent_id"], cols["cat"]
     flops, rd, wr, dtype = cols["flops"], cols["bytes_read"], cols["bytes_written"], cols["dtype"]
-    dev = np.flatnonzero(is_dev & ~np.isin(kind, ("memcpy", "memset", "sync", "annotation"))
+    dev = np.flatnonzero(is_dev & ~_isin(kind, ("memcpy", "memset", "sync", "annotation"))
                          & (flops == 0) & (rd == 0))
     if not len(dev):
         return
@@ -286,7 +295,7 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
 
 def _warn_links(cols: dict[str, Any], warnings: list[str]) -> None:
     kind, is_dev, launch = cols["kind"], cols["is_device"], cols["launch_id"]
-    work = is_dev & np.isin(kind, ("annotation", "sync"), invert=True)
+    work = is_dev & ~_isin(kind, ("annotation", "sync"))
     unlinked = int((work & (launch < 0)).sum())
     if unlinked:
         warnings.append(f"{unlinked} of {int(work.sum())} device events have no launching runtime "

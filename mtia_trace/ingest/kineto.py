@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from mtia_trace.errors import TraceFormatError
-from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS
+from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
 from mtia_trace.ingest.decode import Args, Document, decode, read_bytes
 
 _RANK_IN_NAME = re.compile(r"(?:rank|_r)[-_]?(\d+)", re.I)
@@ -81,27 +81,21 @@ def read_file(path: Path) -> RawFile:
     doc: Document = decode(path, raw)
     del raw
 
-    rows = []
-    flows: dict[tuple[Any, Any, float], int | str] = {}
+    events = doc.traceEvents
+    ph_all = [e.ph for e in events]
+    phases: Counter[str] = Counter(ph_all)
+    rows = [e for e, p in zip(events, ph_all) if p == "X" or p == "i" or p == "I"]
+    meta = {(e.name, e.pid, e.tid, e.args.name) for e, p in zip(events, ph_all)
+            if p == "M" and e.args is not None and e.args.name is not None}
     thread_names: dict[tuple[Any, Any], list[str]] = {}
-    process_names: dict[Any, str] = {}
-    phases: Counter[str] = Counter()
-    for e in doc.traceEvents:
-        ph = e.ph
-        if ph == "X" or ph == "i" or ph == "I":
-            rows.append(e)
-        elif ph == "M":
-            if e.args is not None and e.args.name is not None:
-                if e.name == "thread_name":
-                    names = thread_names.setdefault((e.pid, e.tid), [])
-                    if e.args.name not in names:
-                        names.append(e.args.name)
-                elif e.name == "process_name":
-                    process_names[e.pid] = e.args.name
-        elif ph == "s" or ph == "f":
-            if e.cat in FLOW_CATS and e.id is not None and e.ts is not None:
-                flows[(ph, e.pid, e.tid, e.ts)] = e.id
-        phases[ph] += 1
+    for kind, pid, tid, label in sorted(meta, key=str):
+        if kind == "thread_name":
+            thread_names.setdefault((pid, tid), []).append(label)
+    flows: dict[tuple[Any, Any, Any, float], int | str] = {
+        (p, e.pid, e.tid, e.ts): e.id for e, p in zip(events, ph_all)
+        if (p == "s" or p == "f") and e.cat in FLOW_CATS and e.id is not None
+    }
+    del events, ph_all, meta
     n = len(rows)
     if n == 0:
         raise TraceFormatError(
@@ -151,7 +145,8 @@ def read_file(path: Path) -> RawFile:
     correlation = _int_or(arg("correlation"), -1)
 
     # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
-    missing = np.flatnonzero(correlation < 0)
+    missing = np.flatnonzero((correlation < 0) & (is_device | np.array(
+        [c in RUNTIME_CATS for c in cats], dtype=bool)))
     if flows and len(missing):
         for i in missing.tolist():
             key_ph = "f" if is_device[i] else "s"
@@ -164,25 +159,30 @@ def read_file(path: Path) -> RawFile:
     stream = np.full(n, -1, dtype=np.int64)
     dev_idx = np.flatnonzero(is_device)
     stream_of_thread: dict[tuple[Any, Any], int | None] = {}
+    placed: dict[tuple[Any, Any, Any, Any], tuple[int, int]] = {}
     for i in dev_idx.tolist():
         a = args[i]
-        d = a.device if a is not None and a.device is not None else _as_int(pids[i])
-        s = _as_int(a.stream) if a is not None and a.stream is not None else None
-        if s is None:
-            key = (pids[i], tids[i])
-            if key not in stream_of_thread:
-                found = None
-                for tn in thread_names.get(key, []):
-                    m = _STREAM_IN_THREAD.search(tn)
-                    if m:
-                        found = int(m.group(1))
-                        break
-                stream_of_thread[key] = found if found is not None else _as_int(tids[i])
-            s = stream_of_thread[key]
-        if s == _UINT32_MINUS_ONE:
-            s = -1
-        device[i] = d if d is not None else -1
-        stream[i] = s if s is not None else -1
+        key4 = (pids[i], tids[i], a.device if a is not None else None,
+                a.stream if a is not None else None)
+        hit = placed.get(key4)
+        if hit is None:
+            d = key4[2] if key4[2] is not None else _as_int(pids[i])
+            s = _as_int(key4[3]) if key4[3] is not None else None
+            if s is None:
+                key = (pids[i], tids[i])
+                if key not in stream_of_thread:
+                    found = None
+                    for tn in thread_names.get(key, []):
+                        m = _STREAM_IN_THREAD.search(tn)
+                        if m:
+                            found = int(m.group(1))
+                            break
+                    stream_of_thread[key] = found if found is not None else _as_int(tids[i])
+                s = stream_of_thread[key]
+            if s == _UINT32_MINUS_ONE:
+                s = -1
+            hit = placed[key4] = (d if d is not None else -1, s if s is not None else -1)
+        device[i], stream[i] = hit
 
     track = np.array([f"dev:{device[i]}:{stream[i]}" if is_device[i] else f"host:{pids[i]}:{tids[i]}"
                       for i in range(n)], dtype=object)
