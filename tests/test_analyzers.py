@@ -126,3 +126,9 @@ def test_critical_path_keeps_innermost_events_and_collapses_repeats(tmp_path: Pa
     rows = ANALYZERS["critical_path"].run(con).to_pylist()
     assert [(r["name"], r["events"], r["busy_us"]) for r in rows] == [
         ("B", 1, 40.0), ("C", 2, 40.0), ("D", 1, 20.0)]
+
+
+def test_docs_describe_every_analyzer() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "analyzers.md").read_text()
+    for name, a in ANALYZERS.items():
+        assert f"## {name}\n\n{a.DESCRIPTION}\n" in text, f"docs/analyzers.md lacks {name}"
