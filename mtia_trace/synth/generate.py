@@ -90,6 +90,9 @@ def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         files, total, nev = _write_all(tmp, tl, model, hw, opts)
+        mask = os.umask(0)
+        os.umask(mask)
+        tmp.chmod(0o777 & ~mask)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
