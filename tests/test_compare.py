@@ -128,3 +128,16 @@ def test_compare_trace_on_two_specs_needs_the_trace(tmp_path: Path,
     code, _, err = cli(["compare", str(tmp_path / "t.json"), "--hw", "h100", "--hw", "mtia300"],
                        capsys)
     assert code == 2 and "trace not found" in err
+
+
+def test_compare_one_trace_on_two_specs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a bundled two-rank trace; WHEN compared on h100 (baseline) and mtia300
+    trace = Path(__file__).resolve().parent.parent / "sample_traces" / "torch_cpu_dlrm"
+    code, out, err = cli(["compare", str(trace), "--hw", "h100", "--hw", "mtia300", "--quiet",
+                          "--format", "json", "--threshold", "1000%"], capsys)
+    # THEN both runs were replayed and compared, and nothing but the result was printed
+    d = orjson.loads(out)
+    assert code == 0 and err == ""
+    assert (d["baseline"]["hardware"], d["new"]["hardware"]) == ("h100", "mtia300")
+    gate = d["gate"]
+    assert gate["a"] > 0 and gate["b"] > 0 and gate["a"] != gate["b"]

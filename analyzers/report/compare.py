@@ -89,10 +89,22 @@ class Comparison:
         return self.gate.delta > 0 and self.gate.rel > self.threshold
 
 
+#: µs columns that are instants or per-row statistics: summing them over rows means nothing.
+_NOT_ADDITIVE = ("at_us", "start_us", "end_us", "ts_us", "arrival_us")
+_STAT_PREFIXES = ("mean_", "avg_", "max_", "min_", "p50_", "p90_", "p99_", "median_", "first_",
+                  "last_")
+
+
+def _additive(name: str) -> bool:
+    return (name.endswith("_us") and not name.endswith(_NOT_ADDITIVE)
+            and not name.startswith(_STAT_PREFIXES))
+
+
 def _sum_us_columns(table: pa.Table) -> dict[str, float]:
+    """Sum over rows of each duration column (µs) of an analyzer table."""
     out = {}
     for f in table.schema:
-        if f.name.endswith("_us") and pa.types.is_floating(f.type):
+        if _additive(f.name) and pa.types.is_floating(f.type):
             out[f.name] = float(np.nansum(table.column(f.name).to_numpy(zero_copy_only=False)))
     return out
 
@@ -109,7 +121,8 @@ def compare_runs(base: RunData, new: RunData, *, metric: str = "step_time",
     analyses = []
     for name in sorted(set(base.analyses) & set(new.analyses)):
         sa, sb = _sum_us_columns(base.analyses[name]), _sum_us_columns(new.analyses[name])
-        analyses += [Delta(f"{name}.{col}", sa[col], sb[col]) for col in sa if col in sb]
+        analyses += [Delta(f"{name}.{col}", sa[col], sb[col]) for col in sa
+                     if col in sb and (sa[col] or sb[col])]
     gate = next(d for d in comps if d.name == metric)
     return Comparison(base, new, metric, threshold, gate, _by_size(comps), _by_size(analyses))
 
@@ -147,8 +160,9 @@ def compare_blocks(c: Comparison) -> list[Block]:
         note = (f"showing {len(shown)} of {len(c.analyses)} columns"
                 if len(c.analyses) > len(shown) else "")
         blocks += [Heading(3, "Analyzer tables (µs columns summed over rows)"),
-                   Table(["analyzer.column", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
-                         [_delta_row(d, step_a) for d in shown], ["l", "r", "r", "r", "r", "r"],
+                   Table(["analyzer.column", a_name, b_name, "Δ µs", "ratio", "change"],
+                         [_delta_row(d, step_a)[:5] + [fmt.signed_pct(d.rel)] for d in shown],
+                         ["l", "r", "r", "r", "r", "r"],
                          note)]
     for label, run in ((a_name, c.base), (b_name, c.new)):
         top = findings(run)[:3]

@@ -100,7 +100,8 @@ def _critical_device(run: RunData) -> pa.Table:
     ev = run.events
     if ev.num_rows == 0 or "critical" not in ev.column_names:
         return ev.slice(0, 0)
-    mask = pc.fill_null(ev.column("critical"), False)
+    mask = pc.and_(pc.fill_null(ev.column("critical"), False),
+                   pc.invert(pc.is_in(ev.column("kind"), pa.array(["annotation", "instant"]))))
     return ev.filter(mask)
 
 
@@ -115,8 +116,11 @@ def _top_group(table: pa.Table, keys: list[str], value: np.ndarray) -> tuple[tup
 
 
 def _collective_text(run: RunData, a: Attribution) -> str:
+    """Names the (op, process group) with most critical-path collective time and apportions the
+    exposed collective time to it by that share."""
+    total = a.per_step_us["collective"]
     base = (f"exposed {WORDS['collective']} are {fmt.pct(a.share('collective'))} of the step "
-            f"({fmt.us(a.per_step_us['collective'])} µs per rank-step)")
+            f"({fmt.us(total)} µs per rank-step)")
     crit = _critical_device(run)
     kind = _np(crit, "kind").astype(str) if crit.num_rows else np.array([], dtype=str)
     coll = crit.filter(pa.array(np.isin(kind, ["collective", "p2p"])))
@@ -125,13 +129,16 @@ def _collective_text(run: RunData, a: Attribution) -> str:
     dur = _np(coll, "end_us") - _np(coll, "start_us")
     filled = pa.table({"coll_op": pc.fill_null(coll.column("coll_op"), "collective"),
                        "pg": pc.fill_null(coll.column("pg"), "?")})
-    key, total, _ = _top_group(filled, ["coll_op", "pg"], dur)
-    if total <= 0:
+    key, _, frac = _top_group(filled, ["coll_op", "pg"], dur)
+    if not key:
         return base
     op, pg = key
-    per_step = total / a.rank_steps
-    return (f"exposed {op} on pg {pg} is {fmt.pct(per_step / a.step_us)} of the step "
-            f"({fmt.us(per_step)} µs per rank-step on the critical path); {base}")
+    if frac > 0.999:
+        return f"exposed {op} on pg {pg} is {fmt.pct(a.share('collective'))} of the step " \
+               f"({fmt.us(total)} µs per rank-step, all of the exposed collective time)"
+    return (f"exposed {op} on pg {pg} is {fmt.pct(frac * a.share('collective'))} of the step "
+            f"({fmt.us(frac * total)} µs per rank-step, {fmt.pct(frac)} of the exposed "
+            f"collective time by critical-path share); all {base}")
 
 
 def _top_name_text(run: RunData, component: str, a: Attribution) -> str:

@@ -20,7 +20,8 @@ th,td{border:1px solid #d8dde6;padding:.25em .6em}
 th{background:#eef2f9;text-align:left}
 td.r{text-align:right;font-variant-numeric:tabular-nums}
 tr:nth-child(even) td{background:#f8f9fc}
-code{background:#f0f2f5;padding:0 .25em;border-radius:3px;font-size:.92em}
+code{background:#f0f2f5;padding:0 .25em;border-radius:3px;font-size:.92em;overflow-wrap:anywhere}
+.tw{overflow-x:auto;max-width:100%}
 figure{margin:1.2em 0}
 figure img{max-width:100%;border:1px solid #e2e6ee}
 figcaption{color:#555;font-size:.9em}
@@ -43,7 +44,8 @@ def _table(t: Table) -> str:
         "<tr>" + "".join(f'<td class="{a}">{_inline(c)}</td>' for c, a in zip(row, align)) + "</tr>"
         for row in t.rows)
     note = f'<p class="note">{_inline(t.note)}</p>' if t.note else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    return (f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            f"</div>{note}")
 
 
 def render_html(blocks: Iterable[Block], *, title: str) -> str:
