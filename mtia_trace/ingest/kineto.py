@@ -55,7 +55,7 @@ def rank_from_name(path: Path) -> int | None:
 
 
 def _int_or(values: list[Any], fill: int) -> np.ndarray:
-    return pa.array(values, type=pa.int64(), from_pandas=True).fill_null(fill).to_numpy()
+    return pa.array(values, type=pa.int64(), from_pandas=True).fill_null(fill).to_numpy().copy()
 
 
 def _as_int(v: Any) -> int | None:
@@ -106,13 +106,12 @@ def read_file(path: Path) -> RawFile:
     ts_list = [e.ts for e in rows]
     dur_list = [e.dur for e in rows]
     ph = [e.ph for e in rows]
-    try:
-        ts = np.array(ts_list, dtype=np.float64)
-    except TypeError:
-        i = ts_list.index(None)
+    ts = np.array(ts_list, dtype=np.float64)  # None -> nan
+    if np.isnan(ts).any():
+        i = int(np.flatnonzero(np.isnan(ts))[0])
         raise TraceFormatError(
             f"{path}: event {i} ({rows[i].name!r}) has no \"ts\"; fix or re-export the trace"
-        ) from None
+        )
     dur = np.array([d if d is not None else (0.0 if p != "X" else np.nan)
                     for d, p in zip(dur_list, ph)], dtype=np.float64)
     if np.isnan(dur).any():
