@@ -6,7 +6,8 @@ WITH crit AS (
     SELECT rank, step, event_id, name, kind, start_us, end_us, bound_by
     FROM events
     WHERE critical AND ph = 'X' AND kind <> 'annotation'
-      AND event_id NOT IN (SELECT parent_id FROM events WHERE critical AND parent_id >= 0)
+      AND NOT EXISTS (SELECT 1 FROM events AS inner_ev
+                      WHERE inner_ev.critical AND inner_ev.parent_id = events.event_id)
 ),
 cp AS (
     SELECT *,

@@ -44,9 +44,18 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _cells(table: pa.Table, max_rows: int | None) -> tuple[list[list[str]], int]:
+#: Longest text cell in a terminal table (kernel names can run to hundreds of characters).
+MAX_CELL = 64
+
+
+def _clip(text: str, width: int | None) -> str:
+    return text if width is None or len(text) <= width else text[:width - 1] + "…"
+
+
+def _cells(table: pa.Table, max_rows: int | None,
+           width: int | None = None) -> tuple[list[list[str]], int]:
     shown = table if max_rows is None else table.slice(0, max_rows)
-    cols = [[_cell(v) for v in c.to_pylist()] for c in shown.columns]
+    cols = [[_clip(_cell(v), width) for v in c.to_pylist()] for c in shown.columns]
     rows = [list(r) for r in zip(*cols, strict=True)] if cols else []
     return rows, table.num_rows - shown.num_rows
 
@@ -79,7 +88,7 @@ def render_table(table: pa.Table, *, max_rows: int | None = None) -> str:
     """Aligned plain-text columns (numbers right-aligned)."""
     if table.num_columns == 0:
         return "(no columns)\n"
-    rows, hidden = _cells(table, max_rows)
+    rows, hidden = _cells(table, max_rows, MAX_CELL)
     header = table.column_names
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     num = _numeric(table)
