@@ -48,18 +48,22 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
     """(rank, step, window start, window end, end point id, measured us) per rank and step."""
     rank = events.column("rank").to_numpy()
     step = events.column("step").to_numpy()
-    name = events.column("name").to_numpy(zero_copy_only=False).astype(str)
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
     ts = events.column("ts_us").to_numpy() - g.t0
     dur = events.column("dur_us").to_numpy()
     T = s.T
     start, end = T[0::2], T[1::2]
     out = []
-    marks = np.flatnonzero(~is_dev & (np.char.find(name, "ProfilerStep#") == 0))
+    import pyarrow.compute as pc
+
+    starts = pc.starts_with(events.column("name"), "ProfilerStep#").fill_null(False)
+    marks = np.flatnonzero(~is_dev & starts.to_numpy(zero_copy_only=False))
+    name = events.column("name").take(pa.array(marks)).to_pylist()
+    name_of = dict(zip(marks.tolist(), name))
     seen: set[tuple[int, int]] = set()
     for i in marks.tolist():  # steps: few
         try:
-            n = int(name[i].split("#", 1)[1])
+            n = int(name_of[i].split("#", 1)[1])
         except ValueError:
             continue
         key = (int(rank[i]), n)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mtia_trace import schema
 
@@ -86,6 +87,22 @@ def _col(events: pa.Table, name: str) -> np.ndarray:
     return c.to_numpy(zero_copy_only=False)
 
 
+def _is_in(events: pa.Table, name: str, values: tuple[str, ...] | list[str]) -> np.ndarray:
+    m = pc.is_in(events.column(name), value_set=pa.array(list(values), type=pa.string()))
+    return m.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _contains(events: pa.Table, name: str, sub: str) -> np.ndarray:
+    m = pc.match_substring(events.column(name), sub)
+    return m.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _codes(events: pa.Table, name: str) -> np.ndarray:
+    col = events.column(name).combine_chunks() if events.num_rows else pa.array([], pa.string())
+    enc = pc.dictionary_encode(col)
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 def _track_runs(rank: np.ndarray, track: np.ndarray) -> np.ndarray:
     """Start offsets of each contiguous (rank, track) run; asserts tracks are contiguous."""
     n = len(rank)
@@ -125,7 +142,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     """Build the point chains and cross-track edges of ``events`` (canonical schema)."""
     n = events.num_rows
     rank = _col(events, "rank").astype(np.int64)
-    track = _col(events, "track").astype(object)
+    track = _codes(events, "track")
     is_dev = _col(events, "is_device").astype(bool)
     ts_abs = _col(events, "ts_us").astype(np.float64)
     t0 = float(ts_abs.min()) if n else 0.0
@@ -133,8 +150,12 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     dur = _col(events, "dur_us").astype(np.float64)
     end = ts + dur
     depth = _col(events, "depth").astype(np.int64)
-    kind = _col(events, "kind").astype(str)
-    name = _col(events, "name").astype(str)
+    is_sync_kind = _is_in(events, "kind", ["sync"])
+    is_memcpy = _is_in(events, "kind", ["memcpy"])
+    is_comm = _is_in(events, "kind", ["collective", "p2p"])
+    # device-side annotations (gpu_user_annotation) span kernels; they are not stream work
+    dev_marker = is_dev & _is_in(events, "kind", ["annotation", "instant"])
+    host_marker = _is_in(events, "name", HOST_WAIT_MARKERS)
     corr = _col(events, "correlation").astype(np.int64)
     launch = _col(events, "launch_id").astype(np.int64).copy()
     sync_stream = _col(events, "sync_stream").astype(np.int64)
@@ -192,8 +213,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     # ---- device-side waits: Wait Event / event_wait -----------------------------------------
     dsync_src: list[int] = []
     dsync_dst: list[int] = []
-    waits = np.flatnonzero(is_dev & (kind == "sync") & ((sync_corr >= 0) | (sync_stream >= 0))
-                           & ~np.isin(name, HOST_WAIT_MARKERS))
+    waits = np.flatnonzero(is_dev & is_sync_kind & ((sync_corr >= 0) | (sync_stream >= 0))
+                           & ~host_marker)
     if len(waits):
         ck = rank * (1 << 40) + corr
         valid = corr >= 0
@@ -227,14 +248,14 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     notes["device_waits_resolved"] = int(len(dsync_src_a))
 
     # ---- host-side synchronization -----------------------------------------------------------
-    host_sync = (~is_dev) & ((sync_stream != -1) | np.char.find(name, "Synchronize") >= 0)
-    for nm in HOST_SYNC_NAMES[1:]:
-        host_sync |= (~is_dev) & (np.char.find(name, nm) >= 0)
+    host_sync = (~is_dev) & (sync_stream != -1)
+    for nm in HOST_SYNC_NAMES:
+        host_sync |= (~is_dev) & _contains(events, "name", nm)
     # a host call that launched a host-wait marker (cuda_sync Stream/Context/Event Sync)
-    marker = is_dev & has_launch & np.isin(name, HOST_WAIT_MARKERS)
+    marker = is_dev & has_launch & host_marker
     host_sync[launch[marker]] = True
     # blocking copies: the launching call returned only after the copy finished
-    cp = is_dev & has_launch & (kind == "memcpy")
+    cp = is_dev & has_launch & is_memcpy
     cpl = launch[cp]
     blocking = end[cp] <= end[cpl] + 1e-6
     blk_dev, blk_host = np.flatnonzero(cp)[blocking], cpl[blocking]
@@ -273,8 +294,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     coll_dst = np.zeros(0, dtype=np.int64)
     pg = events.column("pg").to_numpy(zero_copy_only=False)
     seq = _col(events, "coll_seq").astype(np.int64)
-    cand = np.flatnonzero((seq >= 0) & np.isin(kind, ["collective", "p2p"])
-                          & np.array([p is not None for p in pg], dtype=bool))
+    cand = np.flatnonzero((seq >= 0) & is_comm
+                          & events.column("pg").is_valid().to_numpy(zero_copy_only=False))
     if len(cand):
         import pandas as pd
 
@@ -305,8 +326,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     prev_dev = np.full(n, -1, dtype=np.int64)
     for t in range(ntr):
         if tr_dev[t]:
-            a, b = runs[t], runs[t + 1]
-            prev_dev[a + 1:b] = np.arange(a, b - 1)
+            ids = np.arange(runs[t], runs[t + 1])
+            ids = ids[~dev_marker[ids]]
+            prev_dev[ids[1:]] = ids[:-1]
     hp = prev_dev >= 0
     ready[hp] = end[prev_dev[hp]]
     np.maximum.at(ready, dst_launch, ts[launch[has_launch]])
@@ -314,6 +336,11 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         np.maximum.at(ready, dsync_dst_a, end[dsync_src_a])
     ready_lag = np.where(np.isfinite(ready), ts - ready, 0.0)
     ready_lag[~is_dev] = 0.0
+    ready_lag[dev_marker] = 0.0
+    # a start before its inputs ended (overlapping ops on one stream) is a trace anomaly; it is
+    # counted and replayed without the overlap
+    notes["device_starts_before_inputs"] = int((ready_lag < -1e-6).sum())
+    ready_lag = np.maximum(ready_lag, 0.0)
     if max_ready_lag_us is not None:
         capped = is_dev & (ready_lag > max_ready_lag_us)
         notes["device_starts_unexplained"] = int(capped.sum())
@@ -338,11 +365,14 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     # ---- point chains ------------------------------------------------------------------------
     order_parts: list[np.ndarray] = []
     ptr = [0]
+    chain_dev: list[bool] = []
     for t in range(ntr):  # loop over tracks (few)
         a, b = int(runs[t]), int(runs[t + 1])
         ids = np.arange(a, b)
+        chain_dev.append(bool(tr_dev[t]))
         if tr_dev[t]:
-            pts = np.empty(2 * (b - a), dtype=np.int64)
+            ids = ids[~dev_marker[a:b]]
+            pts = np.empty(2 * len(ids), dtype=np.int64)
             pts[0::2] = 2 * ids
             pts[1::2] = 2 * ids + 1
         else:
@@ -357,6 +387,14 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
             pts = np.concatenate([2 * ids, 2 * ids + 1])[oo]
         order_parts.append(pts)
         ptr.append(ptr[-1] + len(pts))
+    # device annotations: one passive track each, kept at their measured place
+    marks = np.flatnonzero(dev_marker)
+    for i in marks.tolist():
+        order_parts.append(np.array([2 * i, 2 * i + 1], dtype=np.int64))
+        ptr.append(ptr[-1] + 2)
+        chain_dev.append(False)
+    tr_dev = np.asarray(chain_dev, dtype=bool)
+    ntr = len(chain_dev)
     order = np.concatenate(order_parts) if order_parts else np.zeros(0, dtype=np.int64)
     track_ptr = np.asarray(ptr, dtype=np.int64)
     ptime = np.empty(2 * n)
@@ -375,6 +413,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     for r in np.unique(rank).tolist():
         rank_t0[r] = float(ts[rank == r].min())
     for t in range(ntr):
+        if track_ptr[t] == track_ptr[t + 1]:
+            continue
         p = order[track_ptr[t]]
         if tr_dev[t]:
             base[p] = rank_t0[int(rank[p // 2])]

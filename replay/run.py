@@ -21,9 +21,9 @@ from mtia_trace import schema
 from replay.attribution import attribute_steps, check_attribution, summarize
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
 from replay.critical_path import mark_critical, path_tables
-from replay.graph import Graph, build_graph
+from replay.graph import Graph, _is_in, build_graph
 from replay.result import ReplayResult
-from replay.scheduler import BOUND_CHAIN, BOUND_NONE, BOUND_RESOURCE, Schedule, schedule
+from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
 
 COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optimizer", "embedding",
                  "other")
@@ -42,9 +42,8 @@ def _costing_input(events: pa.Table, g: Graph) -> pa.Table:
 def _overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per event: fraction of its span overlapping communication device events of its rank."""
     rank = events.column("rank").to_numpy()
-    kind = events.column("kind").to_numpy(zero_copy_only=False).astype(str)
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
-    comm = is_dev & np.isin(kind, ["collective", "p2p"])
+    comm = is_dev & _is_in(events, "kind", ["collective", "p2p"])
     frac = np.zeros(len(rank))
     for r in np.unique(rank[comm]).tolist():  # ranks
         cs, ce = start[comm & (rank == r)], end[comm & (rank == r)]
@@ -86,9 +85,8 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     s = schedule(g, dur, costs.resource, costs.resource_capacity)
     slow = float(model.overlap_slowdown())
     if slow > 0:
-        kind = events.column("kind").to_numpy(zero_copy_only=False).astype(str)
         frac = _overlap_fraction(events, s.T[0::2], s.T[1::2])
-        stretch = np.isin(kind, COMPUTE_KINDS) & (frac > 0)
+        stretch = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
         if stretch.any():
             comps["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
             dur = sum(comps.values())
@@ -108,9 +106,6 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
                         summary=summary, hardware=getattr(model, "name", "custom"), notes=notes)
 
 
-_BOUND_NAMES = {BOUND_CHAIN: "track", BOUND_NONE: "none", BOUND_RESOURCE: "resource"}
-
-
 def _replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
                      crit: np.ndarray) -> pa.Table:
     start = s.T[0::2]
@@ -120,13 +115,14 @@ def _replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, n
     # a host event's start chained to a sibling's end is a 'host' binding; to its parent's start
     # (nesting) it is 'track' too
     sb = s.bound[0::2]
-    names = np.empty(g.n, dtype=object)
-    names[:] = "none"
-    for code, nm in _BOUND_NAMES.items():
-        names[sb == code] = nm
-    for code, nm in enumerate(schema.EDGE_TYPES):
-        names[sb == code] = nm
-    names[(sb == BOUND_CHAIN) & ~is_dev & (depth == 0)] = "host"
+    vocab = ["none", "track", "resource", *schema.EDGE_TYPES]
+    code = np.zeros(g.n, dtype=np.int32)
+    code[sb == BOUND_CHAIN] = 1
+    code[sb == BOUND_RESOURCE] = 2
+    for c, nm in enumerate(schema.EDGE_TYPES):
+        code[sb == c] = 3 + c
+    code[(sb == BOUND_CHAIN) & ~is_dev & (depth == 0)] = 3 + schema.EDGE_TYPES.index("host")
+    names = pa.DictionaryArray.from_arrays(pa.array(code), pa.array(vocab)).cast(pa.string())
     src = s.bound_src[0::2]
     bsrc = np.where(src >= 0, src // 2, -1)
     leaf = np.zeros(g.n, dtype=bool)
@@ -143,7 +139,7 @@ def _replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, n
     arrays = [cols[f.name] for f in schema.EVENTS_SCHEMA]
     arrays += [pa.array(extra["start_us"]), pa.array(extra["end_us"])]
     arrays += [pa.array(extra[f"{c}_us"]) for c in ("compute", "fetch", "collective", "retry", "host")]
-    arrays += [pa.array(extra["queue_us"]), pa.array(names.astype(str)), pa.array(bsrc),
+    arrays += [pa.array(extra["queue_us"]), names, pa.array(bsrc),
                pa.array(crit), pa.array(s.coll_wait)]
     return pa.Table.from_arrays(arrays, schema=schema.REPLAYED_EVENTS_SCHEMA)
 

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from replay.graph import build_graph
+from tests.replay_tables import by_name, dev, host, table
+
+
+def _edges(t):
+    e = build_graph(t).edges
+    return set(zip(e.column("src").to_pylist(), e.column("dst").to_pylist(),
+                   e.column("type").to_pylist()))
+
+
+def test_launch_stream_host_and_sync_edges():
+    rows = [host(0, 0, 100, name="ProfilerStep#1", kind="annotation", step=1),
+            host(0, 10, 5, name="L1", kind="runtime", depth=1, correlation=1),
+            host(0, 20, 5, name="L2", kind="runtime", depth=1, correlation=2),
+            host(0, 30, 60, name="cudaStreamSynchronize", kind="runtime", depth=1),
+            dev(0, 18, 32, name="kA", correlation=1),
+            dev(0, 50, 30, name="kB", correlation=2)]
+    t = table(rows)
+    e = _edges(t)
+    ids = {n: by_name(t, n) for n in ("L1", "L2", "kA", "kB", "cudaStreamSynchronize")}
+    assert (ids["L1"], ids["kA"], "launch") in e  # recovered from the correlation id
+    assert (ids["L2"], ids["kB"], "launch") in e
+    assert (ids["kA"], ids["kB"], "stream") in e
+    assert (ids["kB"], ids["cudaStreamSynchronize"], "sync") in e
+
+
+def test_sync_ignores_work_still_running_when_call_returned():
+    rows = [host(0, 0, 5, name="L1", kind="runtime", correlation=1),
+            host(0, 10, 5, name="cudaDeviceSynchronize", kind="runtime"),
+            dev(0, 6, 100, name="long", correlation=1)]
+    t = table(rows)
+    assert not any(ty == "sync" for *_, ty in _edges(t))
+
+
+def test_collectives_matched_across_ranks_and_wait_removed_from_transfer():
+    rows = []
+    for r, arrive in ((0, 10.0), (1, 40.0)):
+        rows.append(host(r, 0, 5, name="L", kind="runtime", correlation=9))
+        rows.append(dev(r, arrive, 100 - arrive, kind="collective", correlation=9, pg="0",
+                        coll_seq=3, coll_op="all_reduce"))
+    g = build_graph(table(rows))
+    members = (g.coll_group >= 0).nonzero()[0]
+    assert len(members) == 2
+    assert sorted(g.transfer_us[members].tolist()) == [60.0, 60.0]
+    types = g.edges.column("type").to_pylist()
+    assert types.count("collective") == 2
+
+
+def test_device_wait_event_links_recorded_stream():
+    rows = [host(0, 0, 2, name="L1", kind="runtime", correlation=1),
+            host(0, 3, 1, name="cudaEventRecord", kind="runtime", correlation=5),
+            host(0, 5, 1, name="cudaStreamWaitEvent", kind="runtime", correlation=6),
+            host(0, 7, 2, name="L2", kind="runtime", correlation=2),
+            dev(0, 4, 50, stream=7, name="producer", correlation=1),
+            dev(0, 54, 0.5, stream=9, kind="sync", name="Wait Event", correlation=6,
+                sync_stream=7, sync_corr=5),
+            dev(0, 55, 10, stream=9, name="consumer", correlation=2)]
+    t = table(rows)
+    e = _edges(t)
+    assert (by_name(t, "producer"), by_name(t, "Wait Event"), "sync") in e

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.attribution import check_attribution
+from replay.costs import AsMeasured, split_by_kind
+from replay.graph import build_graph
+from replay.run import replay_events
+from replay.scheduler import schedule
+from tests.replay_tables import dev, host, table
+
+
+def reference_schedule(g, dur):
+    """Event-by-event: repeatedly settle any point whose inputs are all settled."""
+    w = np.zeros(len(g.order))
+    from replay.scheduler import chain_lags
+
+    w = chain_lags(g, dur)
+    prev = {}
+    for t in range(len(g.track_ptr) - 1):
+        pts = g.order[g.track_ptr[t]:g.track_ptr[t + 1]]
+        for k in range(1, len(pts)):
+            prev[int(pts[k])] = (int(pts[k - 1]), w[g.track_ptr[t] + k])
+    ins: dict[int, list[tuple[int, float]]] = {}
+    for s, d, lag in zip(g.src_pt.tolist(), g.dst_pt.tolist(), g.lag.tolist()):
+        ins.setdefault(d, []).append((s, lag))
+    T = dict.fromkeys(range(2 * g.n), -np.inf)
+    changed = True
+    while changed:  # Bellman-Ford style longest path: settle until nothing moves
+        changed = False
+        for p in g.order.tolist():
+            v = g.base[p]
+            if p in prev:
+                q, lag = prev[p]
+                v = max(v, T[q] + lag)
+            for s, lag in ins.get(p, ()):
+                v = max(v, T[s] + lag)
+            if v > T[p] + 1e-12:
+                T[p] = v
+                changed = True
+    return np.array([T[p] for p in range(2 * g.n)])
+
+
+@st.composite
+def traces(draw):
+    """Consistent measured traces: launches, kernels on two streams, an optional cross-rank
+    collective (the last kernel on stream 7), a device synchronize and a ProfilerStep."""
+    ranks = draw(st.integers(1, 3))
+    nk = draw(st.integers(1, 6))
+    with_coll = ranks > 1 and draw(st.booleans())
+    rows, state = [], []
+    for r in range(ranks):
+        t = draw(st.floats(0, 20))
+        step_start = t
+        stream_free = {7: -1e9, 9: -1e9}
+        last_end = 0.0
+        for k in range(nk):
+            t += draw(st.floats(0.5, 30))
+            ldur = draw(st.floats(0.5, 8))
+            corr = 100 * r + k
+            rows.append(host(r, t, ldur, name=f"launch{k}", kind="runtime", depth=1,
+                             correlation=corr, step=1))
+            coll = with_coll and k == nk - 1
+            s = 7 if coll else draw(st.sampled_from([7, 9]))
+            ks = max(t + draw(st.floats(0.5, 10)), stream_free[s] + draw(st.floats(0, 2)))
+            kd = draw(st.floats(1, 80))
+            extra = ({"kind": "collective", "pg": "0", "coll_seq": 1, "coll_op": "all_reduce"}
+                     if coll else {})
+            rows.append(dev(r, ks, kd, stream=s, correlation=corr, step=1, **extra))
+            stream_free[s] = ks + kd
+            last_end = max(last_end, ks + kd)
+            t += ldur
+        state.append((r, t, step_start, last_end))
+    coll = [x for x in rows if x.get("kind") == "collective"]
+    if coll:
+        done = max(x["ts_us"] for x in coll) + draw(st.floats(1, 40))
+        for x in coll:
+            x["dur_us"] = done - x["ts_us"]
+    for r, t, step_start, last_end in state:
+        last_end = max([last_end] + [x["ts_us"] + x["dur_us"] for x in coll if x["rank"] == r])
+        sync_ts = t + draw(st.floats(0.5, 5))
+        r_lat = draw(st.floats(0.5, 5))
+        sync_end = max(sync_ts + r_lat, last_end + r_lat)
+        rows.append(host(r, sync_ts, sync_end - sync_ts, name="cudaDeviceSynchronize",
+                         kind="runtime", depth=1, step=1))
+        rows.append(host(r, step_start, sync_end + draw(st.floats(0, 10)) - step_start,
+                         name="ProfilerStep#1", kind="annotation", step=1))
+    return rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces(), st.data())
+def test_vectorized_schedule_equals_reference(rows, data):
+    t = table(rows)
+    g = build_graph(t, max_ready_lag_us=None)
+    dur = t.column("dur_us").to_numpy() * np.array(
+        data.draw(st.lists(st.floats(0.2, 3.0), min_size=t.num_rows, max_size=t.num_rows)))
+    s = schedule(g, dur)
+    ref = reference_schedule(g, dur)
+    assert np.allclose(s.T, ref, rtol=0, atol=1e-9)
+    # no event starts before its inputs end (plus lag)
+    assert (s.T[g.dst_pt] >= s.T[g.src_pt] + g.lag - 1e-9).all()
+    assert (s.T[1::2] >= s.T[0::2] - 1e-9).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces())
+def test_as_measured_replay_is_exact_and_attribution_sums(rows):
+    t = table(rows)
+    res = replay_events(t)
+    ev = res.events
+    # every event ends when it ended in the trace (device starts come out of the graph)
+    meas_end = ev.column("ts_us").to_numpy() + ev.column("dur_us").to_numpy()
+    assert np.allclose(ev.column("end_us").to_numpy(), meas_end, rtol=0, atol=1e-9)
+    steps = res.steps
+    assert np.allclose(steps.column("total_us").to_numpy(), steps.column("measured_us").to_numpy(),
+                       rtol=1e-9)
+    check_attribution(steps)
+
+
+@settings(max_examples=30, deadline=None)
+@given(traces(), st.floats(0.1, 3.0))
+def test_costed_replay_attribution_sums(rows, scale):
+    class Scaled:
+        name = "scaled"
+
+        def cost(self, events):
+            return split_by_kind(events, events.column("dur_us").to_numpy() * scale)
+
+        def overlap_slowdown(self):
+            return 0.0
+
+    res = replay_events(table(rows), Scaled())
+    check_attribution(res.steps)
+    assert AsMeasured().name == "as-measured"
