@@ -123,3 +123,37 @@ def test_progress_only_on_a_terminal(stream: io.StringIO, quiet: bool, shown: bo
     written = stream.getvalue()
     assert ("replay [2/2] mtia300" in written) is shown
     assert written == "" if not shown else written.endswith("\r")
+
+
+def _sweep(path: Path, axes: dict[str, list[str]], step: list[float]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(step)
+    cols = {"point": list(range(n)), "hw": ["mtia300"] * n, **axes, "step_us": step}
+    for c in ATTRIBUTION:
+        cols[f"{c}_us"] = [s / len(ATTRIBUTION) for s in step]
+    cols["speedup_vs_point0"] = [step[0] / s for s in step]
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def test_sweep_report_names_the_best_point(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    one = _sweep(tmp_path / "engines.parquet", {"comm.message_engines": ["4", "8", "16"]},
+                 [1500.0, 1200.0, 1100.0])
+    code, out, _ = cli(["report", str(one)], capsys)
+    assert code == 0 and out.startswith("# mtia-trace sweep report: engines")
+    assert ("Fastest step **1,100.0 µs** at comm.message_engines=16; slowest 1,500.0 µs at "
+            "comm.message_engines=4 (1.36× slower)") in out
+    two = _sweep(tmp_path / "grid.parquet", {"a": ["1", "1", "2", "2"], "b": ["x", "y", "x", "y"]},
+                 [4.0, 3.0, 2.0, 1.0])
+    for path in (one, two):
+        code, out, _ = cli(["report", str(path), "--format", "html"], capsys)
+        assert code == 0 and out.count("data:image/png;base64,") == 1
+
+
+def test_report_refuses_a_parquet_that_is_not_a_sweep(run_dir: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(["report", str(run_dir / "steps.parquet")], capsys)
+    assert code == 2 and out == "" and "not a sweep table" in err

@@ -156,3 +156,69 @@ def step_timeline(run: RunData) -> tuple[bytes, int] | None:
               frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     return _png(fig), step
+
+
+def _axis_values(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Positions and labels for swept values: numeric when every value parses, else categories."""
+    uniq = list(dict.fromkeys(values))
+    try:
+        nums = sorted({float(v) for v in uniq})
+        labels = sorted(uniq, key=float)
+        return np.array(nums), labels
+    except ValueError:
+        return np.arange(len(uniq), dtype=float), uniq
+
+
+def sweep_figure(table: pa.Table, axes: list[str]) -> bytes | None:
+    """Step time over the swept parameters: a line (stacked attribution) for one axis, a heat map
+    for two (further axes at their first value), bars per point otherwise."""
+    if table.num_rows == 0:
+        return None
+    step = _np(table, "step_us")
+    if len(axes) == 1:
+        vals = [str(v) for v in table.column(axes[0]).to_pylist()]
+        pos, labels = _axis_values(vals)
+        order = [labels.index(v) for v in vals]
+        idx = np.argsort(order, kind="stable")
+        x = pos[np.array(order)[idx]]
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        ax.stackplot(x, *[_np(table, f"{c}_us")[idx] for c in ATTRIBUTION],
+                     colors=[COLORS[c] for c in ATTRIBUTION], labels=list(ATTRIBUTION), alpha=0.85)
+        ax.plot(x, step[idx], color="black", marker="o", linewidth=1.2, label="step time")
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel("µs per rank-step")
+        if not all(lbl.replace(".", "", 1).lstrip("-").isdigit() for lbl in labels):
+            ax.set_xticks(pos, labels)
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.set_title(f"Step time over {axes[0]}", fontsize=10)
+        ax.grid(alpha=0.3)
+        return _png(fig)
+    if len(axes) >= 2:
+        a0, a1 = axes[0], axes[1]
+        v0 = [str(v) for v in table.column(a0).to_pylist()]
+        v1 = [str(v) for v in table.column(a1).to_pylist()]
+        keep = np.ones(table.num_rows, dtype=bool)
+        for other in axes[2:]:
+            col = [str(v) for v in table.column(other).to_pylist()]
+            keep &= np.array([c == col[0] for c in col])
+        _, l0 = _axis_values(v0)
+        _, l1 = _axis_values(v1)
+        grid = np.full((len(l0), len(l1)), np.nan)
+        for i in np.flatnonzero(keep):
+            grid[l0.index(v0[i]), l1.index(v1[i])] = step[i]
+        fig, ax = plt.subplots(figsize=(1.2 + 0.8 * len(l1) + 2, 1.0 + 0.5 * len(l0) + 1))
+        im = ax.imshow(grid, cmap="viridis_r", aspect="auto")
+        ax.set_xticks(np.arange(len(l1)), l1, fontsize=8)
+        ax.set_yticks(np.arange(len(l0)), l0, fontsize=8)
+        ax.set_xlabel(a1)
+        ax.set_ylabel(a0)
+        lo, hi = np.nanmin(grid), np.nanmax(grid)
+        for (r, c), v in np.ndenumerate(grid):
+            if not np.isnan(v):  # dark text on the light (fast) end of the colour map
+                light = hi == lo or (v - lo) / (hi - lo) < 0.5
+                ax.text(c, r, f"{v:,.0f}", ha="center", va="center", fontsize=7,
+                        color="black" if light else "white")
+        fig.colorbar(im, ax=ax, label="step µs")
+        ax.set_title("Step time (µs) over " + " × ".join(axes[:2]), fontsize=10)
+        return _png(fig)
+    return None

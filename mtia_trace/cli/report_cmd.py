@@ -12,6 +12,7 @@ from analyzers.report.build import build_report, report_dict
 from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run
+from analyzers.report.sweep_report import build_sweep_report, is_sweep, load_sweep, sweep_dict
 from mtia_trace.errors import RunExistsError, UsageError
 from mtia_trace.progress import Progress
 
@@ -49,11 +50,17 @@ def report(
 ) -> None:
     """Render one run: step time, attribution, top bottlenecks, analyzer tables, hardware used.
 
+    Given a table written by `mtia-trace sweep` instead, renders step time over the swept
+    parameters (a line for one axis, a heat map for two).
+
     HTML adds figures (attribution per step and rank, a timeline of one step, busy vs exposed)
     embedded in one file that opens without network access.
 
     Example: mtia-trace report runs/demo-mtia300 --format html -o report.html
     """
+    if is_sweep(run):
+        _sweep_report(run, fmt, output, force=force)
+        return
     with Progress("report", total=3, quiet=quiet) as p:
         p.update("reading run")
         data = load_run(run)
@@ -67,4 +74,16 @@ def report(
             text = (render_html(blocks, title=f"mtia-trace report: {data.name}")
                     if fmt is ReportFormat.html else render_markdown(blocks))
         p.update("writing")
+    write_output(text, output, force=force)
+
+
+def _sweep_report(path: Path, fmt: ReportFormat, output: Path | None, *, force: bool) -> None:
+    table = load_sweep(path)
+    name = path.name.removesuffix(".parquet")
+    if fmt is ReportFormat.json:
+        text: str | bytes = orjson.dumps(sweep_dict(table, name), option=orjson.OPT_INDENT_2) + b"\n"
+    else:
+        blocks = build_sweep_report(table, name, with_figures=fmt is ReportFormat.html)
+        text = (render_html(blocks, title=f"mtia-trace sweep report: {name}")
+                if fmt is ReportFormat.html else render_markdown(blocks))
     write_output(text, output, force=force)
