@@ -13,7 +13,7 @@ import typer
 from mtia_trace import schema
 from mtia_trace.cli.output import render_table
 from mtia_trace.errors import UsageError
-from mtia_trace.storage import TABLES, Run, check_destination, write_run
+from mtia_trace.storage import TABLES, check_destination, write_run
 
 AS_MEASURED = "as-measured"
 #: Steps printed in the attribution table before eliding the middle.
@@ -167,7 +167,6 @@ def replay(
             typer.echo(f"mtia-trace: warning: {w}", err=True)
     progress(f"{tr.events.num_rows:,} events from {len(_files(tr)) or 1} file(s)")
 
-    written: list[Run] = []
     for h in hws:
         model, spec, assumed = models[h]
         progress(f"replaying on {h}")
@@ -186,8 +185,7 @@ def replay(
             "warnings": warnings,
             "timings_s": {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)},
         }
-        run = write_run({t: getattr(result, t) for t in TABLES}, dests[h], meta, force=force)
-        written.append(run)
+        write_run({t: getattr(result, t) for t in TABLES}, dests[h], meta, force=force)
         if not quiet:
             typer.echo(f"\n{h}: attribution per step (mean over ranks, us)")
             typer.echo(render_table(step_table(result.steps)), nl=False)
