@@ -249,8 +249,11 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
 
     # ---- host-side synchronization -----------------------------------------------------------
     host_sync = (~is_dev) & (sync_stream != -1)
-    for nm in HOST_SYNC_NAMES:
-        host_sync |= (~is_dev) & _contains(events, "name", nm)
+    rt = np.flatnonzero(~is_dev & _is_in(events, "kind", ["runtime", "sync", "other"]))
+    if len(rt):
+        names = events.column("name").take(pa.array(rt))
+        hit = pc.match_substring_regex(names, "|".join(HOST_SYNC_NAMES)).fill_null(False)
+        host_sync[rt[hit.to_numpy(zero_copy_only=False).astype(bool)]] = True
     # a host call that launched a host-wait marker (cuda_sync Stream/Context/Event Sync)
     marker = is_dev & has_launch & host_marker
     host_sync[launch[marker]] = True
