@@ -38,30 +38,31 @@ def _register() -> None:
     from mtia_trace.cli import inspect_cmd
 
     app.command("inspect")(inspect_cmd.inspect)
+    from mtia_trace.cli import report_cmd, compare_cmd, export_cmd  # noqa: E401
+    app.command("report")(report_cmd.report)
+    app.command("compare")(compare_cmd.compare)
+    app.command("export")(export_cmd.export)
+    from mtia_trace.cli import analyze_cmd, query_cmd, replay_cmd  # noqa: E401
+    app.command("replay")(replay_cmd.replay)
+    app.command("query")(query_cmd.query)
+    app.command("analyze")(analyze_cmd.analyze)
+    from mtia_trace.cli import hw_cmd
+    app.add_typer(hw_cmd.app, name="hw")
+    from mtia_trace.cli import sweep_cmd
+    app.command("sweep")(sweep_cmd.sweep)
+    from mtia_trace.cli import synth_cmd
+    app.command("synth")(synth_cmd.synth)
+    from mtia_trace.cli import validate_cmd
+    app.command("validate")(validate_cmd.validate)
 
 
 _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point."""
+    """Console entry point. Usage errors are reported by typer (exit 2); `MtiaTraceError`s here."""
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="mtia-trace")
     except MtiaTraceError as exc:
         typer.echo(f"mtia-trace: error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.echo("mtia-trace: aborted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        typer.echo("mtia-trace: interrupted", err=True)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
