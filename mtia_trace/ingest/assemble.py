@@ -7,6 +7,7 @@ All steps are array operations over every rank at once; Python loops run over ra
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,10 +59,19 @@ def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[dict[str, Any], np.nd
     return out, args[order]
 
 
+def _name_mask(cols: dict[str, Any], test: Callable[[str], bool]) -> np.ndarray:
+    """Per-row boolean of a test on the event name, evaluated once per distinct name."""
+    if "_ncode" not in cols:
+        cols["_ncode"], cols["_nuniq"] = pd.factorize(cols["name"])
+    return np.array([bool(test(s)) for s in cols["_nuniq"]], dtype=bool)[cols["_ncode"]]
+
+
 def _kinds(cols: dict[str, Any]) -> np.ndarray:
-    cat = np.array([c if c is not None else "" for c in cols["cat"]], dtype=object)
-    ccode, cuniq = pd.factorize(cat)
-    ncode, nuniq = pd.factorize(cols["name"])
+    ccode, cuniq = pd.factorize(cols["cat"], use_na_sentinel=False)
+    cuniq = [c if isinstance(c, str) else "" for c in cuniq]
+    if "_ncode" not in cols:
+        cols["_ncode"], cols["_nuniq"] = pd.factorize(cols["name"])
+    ncode, nuniq = cols["_ncode"], cols["_nuniq"]
     pair, puniq = pd.factorize(ccode.astype(np.int64) * (len(nuniq) + 1) + ncode)
     kinds = np.array([classify(cuniq[p // (len(nuniq) + 1)], nuniq[p % (len(nuniq) + 1)])
                       for p in puniq.tolist()], dtype=object)
@@ -74,7 +84,7 @@ def _steps(cols: dict[str, Any], warnings: list[str]) -> np.ndarray:
     """Host events: the ProfilerStep interval of their rank containing their start."""
     name, rank, ts, dur = cols["name"], cols["rank"], cols["ts_us"], cols["dur_us"]
     step = np.full(len(ts), -1, dtype=np.int32)
-    is_step = np.array([n.startswith("ProfilerStep#") for n in name.tolist()], dtype=bool) & ~cols["is_device"]
+    is_step = _name_mask(cols, lambda s: s.startswith("ProfilerStep#")) & ~cols["is_device"]
     for r in np.unique(rank).tolist():
         rows = np.flatnonzero(rank == r)
         srows = rows[is_step[rows]]
@@ -134,21 +144,20 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
         h = launch[i]
         if h >= 0:
             sync_stream[h], sync_corr[h] = sync_stream[i], sync_corr[i]
-    for i in np.flatnonzero((kind == "runtime") & ~is_dev).tolist():
-        nm = name[i]
-        if _DEVICE_SYNC.match(nm):
-            sync_stream[i] = -2
-        elif sync_stream[i] == -1 and _STREAM_SYNC.match(nm) and not nm.startswith("enqueueCommand"):
-            a = args[i]
-            if a is not None:
-                for v in (a.stream_id, a.stream):
-                    try:
-                        s = int(v, 0) if isinstance(v, str) else v
-                    except ValueError:
-                        s = None
-                    if isinstance(s, int) and s >= 0:
-                        sync_stream[i] = s
-                        break
+    host_rt = (kind == "runtime") & ~is_dev
+    sync_stream[host_rt & _name_mask(cols, _DEVICE_SYNC.match)] = -2
+    stream_sync = _name_mask(cols, lambda s: bool(_STREAM_SYNC.match(s)) and not s.startswith("enqueueCommand"))
+    for i in np.flatnonzero(host_rt & stream_sync & (sync_stream == -1)).tolist():
+        a = args[i]
+        if a is not None:
+            for v in (a.stream_id, a.stream):
+                try:
+                    s = int(v, 0) if isinstance(v, str) else v
+                except ValueError:
+                    s = None
+                if isinstance(s, int) and s >= 0:
+                    sync_stream[i] = s
+                    break
     return sync_stream, sync_corr
 
 

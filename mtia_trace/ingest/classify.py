@@ -7,6 +7,7 @@ back to rows with an index array.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 #: Categories of host-side runtime / driver calls (launches, syncs, MTIA runtime).
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "mtia_runtime"})
@@ -86,6 +87,7 @@ def _op_base(name: str) -> str:
     return base[:-1] if base.endswith("_") and not base.startswith("_") else base
 
 
+@lru_cache(maxsize=65536)
 def coll_op_of(name: str) -> str | None:
     """Normalised collective op for a collective-related name, else None."""
     n = name.lower()

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
-from mtia_trace.ingest.decode import Args, Document, decode, read_bytes
+from mtia_trace.ingest.decode import Args, Document, Event, decode, read_bytes
 
 _RANK_IN_NAME = re.compile(r"(?:rank|_r)[-_]?(\d+)", re.I)
 _STREAM_IN_THREAD = re.compile(r"stream\s*(\d+)", re.I)
@@ -73,6 +74,44 @@ def _as_int(v: Any) -> int | None:
     return None
 
 
+_PH = attrgetter("ph")
+_META = attrgetter("name", "pid", "tid", "args")
+
+
+def _thread_names(meta: list[Event]) -> dict[tuple[Any, Any], list[str]]:
+    """(pid, tid) -> distinct thread names; metadata events repeat massively, so dedupe first."""
+    seen = {(k, p, t, a.name) for k, p, t, a in map(_META, meta)
+            if k == "thread_name" and a is not None and a.name is not None}
+    out: dict[tuple[Any, Any], list[str]] = {}
+    for _, pid, tid, label in sorted(seen, key=str):
+        out.setdefault((pid, tid), []).append(label)
+    return out
+
+
+def _none(v: Any) -> Any:
+    """pandas turns None into NaN among factorized uniques; turn it back."""
+    return None if v is None or (isinstance(v, float) and v != v) else v
+
+
+def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], list[str]]
+           ) -> tuple[int, int]:
+    """(device, stream) of a device event from (pid, tid, args.device, args.stream)."""
+    pid, tid, dev, st = key
+    d = dev if dev is not None else _as_int(pid)
+    s = _as_int(st) if st is not None else None
+    if s is None:
+        for tn in thread_names.get((pid, tid), []):
+            m = _STREAM_IN_THREAD.search(tn)
+            if m:
+                s = int(m.group(1))
+                break
+        else:
+            s = _as_int(tid)
+    if s == _UINT32_MINUS_ONE:
+        s = -1
+    return (d if d is not None else -1, s if s is not None else -1)
+
+
 def read_file(path: Path) -> RawFile:
     """Parse one file; raise TraceFormatError with a one-line message on bad input."""
     raw = read_bytes(path)
@@ -82,109 +121,109 @@ def read_file(path: Path) -> RawFile:
     del raw
 
     events = doc.traceEvents
-    ph_all = [e.ph for e in events]
-    phases: Counter[str] = Counter(ph_all)
-    rows = [e for e, p in zip(events, ph_all) if p == "X" or p == "i" or p == "I"]
-    meta = {(e.name, e.pid, e.tid, e.args.name) for e, p in zip(events, ph_all)
-            if p == "M" and e.args is not None and e.args.name is not None}
-    thread_names: dict[tuple[Any, Any], list[str]] = {}
-    for kind, pid, tid, label in sorted(meta, key=str):
-        if kind == "thread_name":
-            thread_names.setdefault((pid, tid), []).append(label)
-    flows: dict[tuple[Any, Any, Any, float], int | str] = {
-        (p, e.pid, e.tid, e.ts): e.id for e, p in zip(events, ph_all)
-        if (p == "s" or p == "f") and e.cat in FLOW_CATS and e.id is not None
-    }
-    del events, ph_all, meta
+    ph_code, ph_uniq = pd.factorize(np.fromiter(map(_PH, events), dtype=object, count=len(events)))
+    ph_uniq = list(ph_uniq)
+    phases = dict(zip(ph_uniq, np.bincount(ph_code, minlength=len(ph_uniq)).tolist()))
+
+    def pick(*phs: str) -> list[Event]:
+        codes = [ph_uniq.index(p) for p in phs if p in ph_uniq]
+        if not codes:
+            return []
+        idx = np.flatnonzero(np.isin(ph_code, codes))
+        return [events[i] for i in idx.tolist()]
+
+    rows = pick("X", "i", "I")
+    thread_names = _thread_names(pick("M"))
+    flow_events = pick("s", "f")
+    del events, ph_code
     n = len(rows)
     if n == 0:
         raise TraceFormatError(
             f"{path}: no complete (ph \"X\") or instant (ph \"i\") events; "
             "the trace is empty — profile at least one active step"
         )
-
-    ts_list = [e.ts for e in rows]
-    dur_list = [e.dur for e in rows]
-    ph = [e.ph for e in rows]
+    names, cats, phs, pids, tids, ts_list, dur_list, args = (
+        list(map(attrgetter(f), rows)) for f in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "args"))
     ts = np.array(ts_list, dtype=np.float64)  # None -> nan
     if np.isnan(ts).any():
         i = int(np.flatnonzero(np.isnan(ts))[0])
         raise TraceFormatError(
-            f"{path}: event {i} ({rows[i].name!r}) has no \"ts\"; fix or re-export the trace"
+            f"{path}: event {i} ({names[i]!r}) has no \"ts\"; fix or re-export the trace"
         )
-    dur = np.array([d if d is not None else (0.0 if p != "X" else np.nan)
-                    for d, p in zip(dur_list, ph)], dtype=np.float64)
+    del ts_list
+    ph = np.array(phs, dtype=object)
+    is_x = ph == "X"
+    ph[~is_x] = "i"
+    dur = np.array(dur_list, dtype=np.float64)
+    dur[np.isnan(dur) & ~is_x] = 0.0
     if np.isnan(dur).any():
         i = int(np.flatnonzero(np.isnan(dur))[0])
         raise TraceFormatError(
-            f"{path}: complete event {i} ({rows[i].name!r}) has no \"dur\"; fix or re-export the trace"
+            f"{path}: complete event {i} ({names[i]!r}) has no \"dur\"; fix or re-export the trace"
         )
     if (dur < 0).any():
         bad = np.flatnonzero(dur < 0)
         i = int(bad[0])
         raise TraceFormatError(
-            f"{path}: {len(bad)} events have negative durations (first: {rows[i].name!r}, "
+            f"{path}: {len(bad)} events have negative durations (first: {names[i]!r}, "
             f"dur {dur[i]}); the trace is corrupt — re-export it"
         )
 
-    names = [e.name for e in rows]
-    cats = [e.cat for e in rows]
-    pids = [e.pid for e in rows]
-    tids = [e.tid for e in rows]
-    args = [e.args for e in rows]
-    is_device = np.array([c in DEVICE_CATS for c in cats], dtype=bool)
+    cat_code, cat_uniq = pd.factorize(np.array(cats, dtype=object), use_na_sentinel=False)
+    cat_uniq = [c if isinstance(c, str) else None for c in cat_uniq]
+    is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
+    is_runtime = np.array([c in RUNTIME_CATS for c in cat_uniq], dtype=bool)[cat_code]
 
-    def arg(attr: str) -> list[Any]:
-        return [getattr(a, attr) if a is not None else None for a in args]
-
-    external = arg("external_id")
-    if any(a is not None and a.external_id_old is not None for a in args):
-        external = [x if x is not None else (a.external_id_old if a is not None else None)
-                    for x, a in zip(external, args)]
-    correlation = _int_or(arg("correlation"), -1)
+    has_args = np.array([a is not None for a in args], dtype=bool)
+    arg_rows = np.flatnonzero(has_args)
+    external = np.full(n, -1, dtype=np.int64)
+    correlation = np.full(n, -1, dtype=np.int64)
+    if len(arg_rows):
+        present = [args[i] for i in arg_rows.tolist()]
+        ext, ext_old, corr = (_int_or(list(map(attrgetter(f), present)), -1)
+                              for f in ("external_id", "external_id_old", "correlation"))
+        external[arg_rows] = np.where(ext >= 0, ext, ext_old)
+        correlation[arg_rows] = corr
+        del present
 
     # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
-    missing = np.flatnonzero((correlation < 0) & (is_device | np.array(
-        [c in RUNTIME_CATS for c in cats], dtype=bool)))
-    if flows and len(missing):
+    missing = np.flatnonzero((correlation < 0) & (is_device | is_runtime))
+    if flow_events and len(missing):
+        flows = {(e.ph, e.pid, e.tid, e.ts): e.id for e in flow_events
+                 if e.cat in FLOW_CATS and e.id is not None}
         for i in missing.tolist():
-            key_ph = "f" if is_device[i] else "s"
-            fid = flows.get((key_ph, pids[i], tids[i], ts_list[i]))
-            fid = _as_int(fid)
+            fid = _as_int(flows.get(("f" if is_device[i] else "s", pids[i], tids[i], ts[i])))
             if fid is not None:
                 correlation[i] = fid
 
+    p_code, p_uniq = pd.factorize(np.array(pids, dtype=object))
+    t_code, t_uniq = pd.factorize(np.array(tids, dtype=object))
+    pt_code, pt_uniq = pd.factorize(p_code.astype(np.int64) * len(t_uniq) + t_code)
+    host_labels = np.array([f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}"
+                            for k in pt_uniq.tolist()], dtype=object)
+    track = host_labels[pt_code]
     device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
     dev_idx = np.flatnonzero(is_device)
-    stream_of_thread: dict[tuple[Any, Any], int | None] = {}
-    placed: dict[tuple[Any, Any, Any, Any], tuple[int, int]] = {}
-    for i in dev_idx.tolist():
-        a = args[i]
-        key4 = (pids[i], tids[i], a.device if a is not None else None,
-                a.stream if a is not None else None)
-        hit = placed.get(key4)
-        if hit is None:
-            d = key4[2] if key4[2] is not None else _as_int(pids[i])
-            s = _as_int(key4[3]) if key4[3] is not None else None
-            if s is None:
-                key = (pids[i], tids[i])
-                if key not in stream_of_thread:
-                    found = None
-                    for tn in thread_names.get(key, []):
-                        m = _STREAM_IN_THREAD.search(tn)
-                        if m:
-                            found = int(m.group(1))
-                            break
-                    stream_of_thread[key] = found if found is not None else _as_int(tids[i])
-                s = stream_of_thread[key]
-            if s == _UINT32_MINUS_ONE:
-                s = -1
-            hit = placed[key4] = (d if d is not None else -1, s if s is not None else -1)
-        device[i], stream[i] = hit
-
-    track = np.array([f"dev:{device[i]}:{stream[i]}" if is_device[i] else f"host:{pids[i]}:{tids[i]}"
-                      for i in range(n)], dtype=object)
+    if len(dev_idx):
+        dargs = [args[i] for i in dev_idx.tolist()]
+        d_code, d_uniq = pd.factorize(np.array(
+            [a.device if a is not None else None for a in dargs], dtype=object), use_na_sentinel=False)
+        s_code, s_uniq = pd.factorize(np.array(
+            [a.stream if a is not None else None for a in dargs], dtype=object), use_na_sentinel=False)
+        del dargs
+        combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
+        k_code, k_uniq = pd.factorize(combo)
+        placed = []
+        for k in k_uniq.tolist():
+            k, s = divmod(k, len(s_uniq))
+            k, d = divmod(k, len(d_uniq))
+            p, t = divmod(int(pt_uniq[k]), len(t_uniq))
+            placed.append(_place((p_uniq[p], t_uniq[t], _none(d_uniq[d]), _none(s_uniq[s])),
+                                 thread_names))
+        device[dev_idx] = np.array([d for d, _ in placed], dtype=np.int64)[k_code]
+        stream[dev_idx] = np.array([s for _, s in placed], dtype=np.int64)[k_code]
+        track[dev_idx] = np.array([f"dev:{d}:{s}" for d, s in placed], dtype=object)[k_code]
 
     di = doc.distributedInfo or {}
     rank = _as_int(di.get("rank")) if isinstance(di, dict) else None
@@ -202,8 +241,8 @@ def read_file(path: Path) -> RawFile:
         warnings.append(f"{path}: events with phases {other_ph} are not rows (only X and i are)")
     cols = {
         "name": np.array(names, dtype=object),
-        "cat": np.array(cats, dtype=object),
-        "ph": np.array(["i" if p == "I" else p for p in ph], dtype=object),
+        "cat": np.array(cat_uniq, dtype=object)[cat_code],
+        "ph": ph,
         "track": track,
         "is_device": is_device,
         "device": device,
@@ -212,7 +251,5 @@ def read_file(path: Path) -> RawFile:
         "dur_us": dur,
         "correlation": correlation,
         "external_id": _int_or(external, -1),
-        "pid": pids,
-        "tid": tids,
     }
     return RawFile(info=info, cols=cols, args=args, warnings=warnings)
