@@ -31,8 +31,13 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
 Ready lag of a device event: measured start − the latest measured end (start, for launches) of
 its inputs. It is kernel-launch / inter-kernel latency; it is capped at ``max_ready_lag_us`` so a
 start delayed by a dependency the graph lacks is *not* absorbed (that shows up as replay error).
-CPU-only traces: leaf host ops are the work; a collective's instances on the main thread
-(``c10d::*``) are matched across ranks like device collectives.
+CPU-only traces: leaf host ops are the work. With a CPU backend (gloo) the ``c10d::*`` op on
+the calling thread only enqueues; the instance of the same collective on another host thread
+(``gloo:*`` on ``pt_gloo_runloop``) is the transfer. The transfer instances are the ones matched
+across ranks; ``launch`` edge enqueue start → transfer start; a thread holding only transfers is
+scheduled like a stream (ready lag, no pinned gaps); ``sync`` edge transfer end → the first
+non-leaf-end point of the enqueuing thread at or after it (``work.wait()`` returning), whose
+measured gap keeps only the return latency.
 """
 
 from __future__ import annotations
@@ -299,16 +304,38 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     seq = _col(events, "coll_seq").astype(np.int64)
     cand = np.flatnonzero((seq >= 0) & is_comm
                           & events.column("pg").is_valid().to_numpy(zero_copy_only=False))
+    enq_src = np.zeros(0, dtype=np.int64)   # host enqueue (c10d::*) -> its transfer instance
+    enq_dst = np.zeros(0, dtype=np.int64)
+    worker_tr = np.zeros(ntr, dtype=bool)
     if len(cand):
         import pandas as pd
 
         df = pd.DataFrame({"id": cand, "pg": pg[cand].astype(str), "seq": seq[cand],
-                           "rank": rank[cand], "dev": is_dev[cand], "ts": ts[cand]})
-        # per (collective, rank): device instances when there are any, else host ones; the first
-        df = df.sort_values(["pg", "seq", "rank", "dev", "ts"], ascending=[True, True, True, False, True])
+                           "rank": rank[cand], "dev": is_dev[cand], "ts": ts[cand],
+                           "tr": tr_of[cand]})
+        # CPU backends (gloo): the op on the calling thread only enqueues; the instance of the
+        # same (pg, seq, rank) on another host thread, starting no earlier, is the transfer
+        h = df[~df["dev"]].sort_values(["pg", "seq", "rank", "ts"])
+        first = h.groupby(["pg", "seq", "rank"], sort=False)
+        h = h.assign(enq=first["id"].transform("first"), enq_tr=first["tr"].transform("first"))
+        xfer = h[h["tr"] != h["enq_tr"]].drop_duplicates(["pg", "seq", "rank"], keep="first")
+        df["xfer"] = df["id"].isin(xfer["id"])
+        if len(xfer):
+            enq_src = xfer["enq"].to_numpy().astype(np.int64)
+            enq_dst = xfer["id"].to_numpy().astype(np.int64)
+            # a thread holding nothing but transfer instances is a worker: scheduled like a stream
+            is_x = np.zeros(n, dtype=bool)
+            is_x[enq_dst] = True
+            cnt = np.bincount(tr_of, minlength=ntr)
+            xc = np.bincount(tr_of[enq_dst], minlength=ntr)
+            worker_tr = (xc == cnt) & (cnt > 0) & ~tr_dev
+        # per (collective, rank): device instances when there are any, then transfer instances,
+        # else host ones; the first
+        df = df.sort_values(["pg", "seq", "rank", "dev", "xfer", "ts"],
+                            ascending=[True, True, True, False, False, True])
         df = df.drop_duplicates(["pg", "seq", "rank"], keep="first")
-        g = df.groupby(["pg", "seq"], sort=False)
-        df["n"] = g["rank"].transform("size")
+        gb = df.groupby(["pg", "seq"], sort=False)
+        df["n"] = gb["rank"].transform("size")
         df = df[df["n"] >= 2]
         if len(df):
             df["gid"] = df.groupby(["pg", "seq"], sort=False).ngroup()
@@ -318,34 +345,41 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
             last = np.full(gid.max() + 1, -np.inf)
             np.maximum.at(last, gid, ts[ids])
             transfer[ids] = np.clip(end[ids] - last[gid], 0.0, None)
-            first = df.groupby("gid")["id"].transform("first").to_numpy()
-            other = ids != first
-            coll_src = np.concatenate([ids[other], first[other]])
-            coll_dst = np.concatenate([first[other], ids[other]])
+            first_id = df.groupby("gid")["id"].transform("first").to_numpy()
+            other = ids != first_id
+            coll_src = np.concatenate([ids[other], first_id[other]])
+            coll_dst = np.concatenate([first_id[other], ids[other]])
+    notes["collective_enqueues"] = int(len(enq_src))
+    # events scheduled like stream work: device events and those on worker threads
+    on_worker = worker_tr[tr_of] if n else np.zeros(0, dtype=bool)
+    streamlike = is_dev | on_worker
+    tr_chain = tr_dev | worker_tr
     notes["collectives_matched"] = int(len(np.unique(coll_group[coll_group >= 0])))
 
     # ---- ready lag of device events ----------------------------------------------------------
     ready = np.full(n, -np.inf)
     prev_dev = np.full(n, -1, dtype=np.int64)
     for t in range(ntr):
-        if tr_dev[t]:
+        if tr_chain[t]:
             ids = np.arange(runs[t], runs[t + 1])
             ids = ids[~dev_marker[ids]]
             prev_dev[ids[1:]] = ids[:-1]
     hp = prev_dev >= 0
     ready[hp] = end[prev_dev[hp]]
     np.maximum.at(ready, dst_launch, ts[launch[has_launch]])
+    if len(enq_dst):
+        np.maximum.at(ready, enq_dst, ts[enq_src])
     if len(dsync_dst_a):
         np.maximum.at(ready, dsync_dst_a, end[dsync_src_a])
     ready_lag = np.where(np.isfinite(ready), ts - ready, 0.0)
-    ready_lag[~is_dev] = 0.0
+    ready_lag[~streamlike] = 0.0
     ready_lag[dev_marker] = 0.0
     # a start before its inputs ended (overlapping ops on one stream) is a trace anomaly; it is
     # counted and replayed without the overlap
     notes["device_starts_before_inputs"] = int((ready_lag < -1e-6).sum())
     ready_lag = np.maximum(ready_lag, 0.0)
     if max_ready_lag_us is not None:
-        capped = is_dev & (ready_lag > max_ready_lag_us)
+        capped = streamlike & (ready_lag > max_ready_lag_us)
         notes["device_starts_unexplained"] = int(capped.sum())
         ready_lag = np.minimum(ready_lag, max_ready_lag_us)
 
@@ -357,6 +391,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         typ_l.append(np.full(len(src_pt), EDGE_CODE[code], dtype=np.int8))
 
     add(src_pt_launch, 2 * dst_launch, ready_lag[dst_launch], "launch")
+    add(2 * enq_src, 2 * enq_dst, ready_lag[enq_dst], "launch")
     add(2 * dsync_src_a + 1, 2 * dsync_dst_a, ready_lag[dsync_dst_a], "sync")
     add(2 * hsrc + 1, 2 * hdst + 1, sync_lag[hdst], "sync")
     add(2 * coll_src, 2 * coll_dst, np.zeros(len(coll_src)), "collective")
@@ -372,8 +407,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     for t in range(ntr):  # loop over tracks (few)
         a, b = int(runs[t]), int(runs[t + 1])
         ids = np.arange(a, b)
-        chain_dev.append(bool(tr_dev[t]))
-        if tr_dev[t]:
+        chain_dev.append(bool(tr_chain[t]))
+        if tr_chain[t]:
             ids = ids[~dev_marker[a:b]]
             pts = np.empty(2 * len(ids), dtype=np.int64)
             pts[0::2] = 2 * ids
@@ -410,6 +445,34 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     leaf_end = np.zeros(len(order), dtype=bool)
     leaf_end[1:] = (order[1:] % 2 == 1) & (order[:-1] == order[1:] - 1)
     leaf_end[track_ptr[:-1][track_ptr[:-1] < len(order)]] = False
+
+    # ---- CPU collectives: the enqueuing thread waits (work.wait()) for the transfer ------------
+    # The wait is not an event: it is the gap before the first point of the enqueuing thread at or
+    # after the transfer's end that is not a leaf's end. That gap keeps only the return latency.
+    if len(enq_dst):
+        pos_of = np.empty(2 * n, dtype=np.int64)
+        pos_of[order] = np.arange(len(order))
+        etr = tr_of[enq_src]
+        w_src: list[np.ndarray] = []
+        w_k: list[np.ndarray] = []
+        for t in np.unique(etr).tolist():  # enqueuing threads: one per rank
+            a, b = int(track_ptr[t]), int(track_ptr[t + 1])
+            ks = a + 1 + np.flatnonzero(~leaf_end[a + 1:b])
+            sel = np.flatnonzero(etr == t)
+            j = np.searchsorted(tpos[ks], end[enq_dst[sel]], side="left")
+            j = np.maximum(j, np.searchsorted(ks, pos_of[2 * enq_src[sel]], side="right"))
+            ok = j < len(ks)
+            w_src.append(enq_dst[sel[ok]])
+            w_k.append(ks[j[ok]])
+        wsrc = np.concatenate(w_src)
+        wk = np.concatenate(w_k)
+        wlag = np.clip(tpos[wk] - end[wsrc], 0.0, None)
+        np.minimum.at(gap, wk, wlag)
+        src_pt = np.concatenate([src_pt, 2 * wsrc + 1])
+        dst_pt = np.concatenate([dst_pt, order[wk]])
+        lag = np.concatenate([lag, wlag])
+        etype = np.concatenate([etype, np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)])
+        notes["collective_waits"] = int(len(wsrc))
 
     base = np.full(2 * n, -np.inf)
     rank_t0 = {}

@@ -1,32 +1,46 @@
-"""As-measured replay of the real third-party traces reproduces their measured step times.
+"""As-measured replay of real third-party traces and of the bundled samples reproduces their
+measured step times (median |error| <= 1%, worst <= 3%).
 
-Known misses are listed in KNOWN_MISSES with the missing dependency and fail strictly (xfail):
-if the replay ever matches them, the test reports it.
+Files of one multi-rank run (``<name>_rank<R>...``) are replayed together so their collectives
+match. Known misses are listed in KNOWN_MISSES with the missing dependency and fail strictly
+(xfail): if the replay ever matches them, the test reports it.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from tests.conftest import REAL, requires_real
+from tests.conftest import REAL, SAMPLES, requires_real
+
+_RANK = re.compile(r"^(.*)_rank\d+(\..*)?$")
 
 
-def _cases():
+def _cases() -> list[list]:
     if not REAL.is_dir():
         return []
-    out = []
+    groups: dict[tuple, list] = {}
     for p in sorted(REAL.rglob("*.json.gz")):
         if p.parent.name == "trace_filter":
             continue
-        out.append(p)
+        m = _RANK.match(p.name.split(".json")[0])
+        key = (p.parent, m.group(1)) if m else (p.parent, p.name)
+        groups.setdefault(key, []).append(p)
+    out = list(groups.values())
     tf = REAL / "hta" / "trace_filter"
     if tf.is_dir():
-        out.append(tf)
+        out.append(sorted(tf.glob("*.json.gz")))
     return out
 
 
-#: trace file name -> why its as-measured replay cannot match
+def _case_id(paths: list) -> str:
+    return paths[0].name if len(paths) == 1 else f"{paths[0].parent.name}/{paths[0].name}+{len(paths) - 1}"
+
+
+#: case id -> why its as-measured replay cannot match
 KNOWN_MISSES = {
     "rank0.json.gz": "872 kernels/copies were recorded without their launching runtime calls "
                      "(no correlation or External id match on the host); their starts cannot come "
@@ -34,26 +48,101 @@ KNOWN_MISSES = {
 }
 
 
+def _errors(ev: pa.Table) -> tuple[float, float, str]:
+    from replay.run import replay_events
+
+    s = replay_events(ev).steps.to_pandas()
+    err = np.abs(s.total_us - s.measured_us) / s.measured_us
+    return float(np.median(err)), float(err.max()), s.assign(err=err).to_string()
+
+
 @requires_real
-@pytest.mark.parametrize("path", _cases(), ids=lambda p: p.name)
-def test_as_measured_step_times(path):
+@pytest.mark.parametrize("paths", _cases(), ids=_case_id)
+def test_as_measured_step_times(paths):
     from mtia_trace.errors import MtiaTraceError
+    from mtia_trace.ingest import load
+
+    try:
+        ev = load([str(p) for p in paths] if len(paths) > 1 else paths[0]).events
+    except MtiaTraceError as exc:
+        pytest.skip(f"not loadable: {exc}")
+    if not (ev.column("step").to_numpy() >= 0).any():
+        pytest.skip("no steps")
+    med, worst, table = _errors(ev)
+    ok = med <= 0.01 and worst <= 0.03
+    cid = _case_id(paths)
+    if cid in KNOWN_MISSES:
+        assert not ok, f"{cid} now matches; remove it from KNOWN_MISSES"
+        pytest.xfail(KNOWN_MISSES[cid])
+    assert ok, table
+
+
+@pytest.mark.parametrize("name", ["torch_cpu_dlrm", "synth/dcnv2_train_2rank",
+                                  "synth/dcnv2_infer_1rank"])
+def test_bundled_samples_validate(name):
+    from mtia_trace.ingest import load
+
+    ev = load(str(SAMPLES / name)).events
+    med, worst, table = _errors(ev)
+    assert med <= 0.01 and worst <= 0.03, table
+
+
+class _SlowerOp:
+    """As measured, except one event takes ``delay`` us longer."""
+
+    name = "slower-op"
+
+    def __init__(self, event: int, delay: float) -> None:
+        self.event, self.delay = event, delay
+
+    def cost(self, events: pa.Table):
+        from replay.costs import AsMeasured
+
+        c = AsMeasured().cost(events)
+        c.host_us[self.event] += self.delay
+        return c
+
+    def overlap_slowdown(self) -> float:
+        return 0.0
+
+
+def _leaf_before_first_enqueue(ev: pa.Table, rank: int) -> int:
+    df = ev.to_pandas()
+    enq = df[(df["rank"] == rank) & df["name"].str.startswith("c10d::")].sort_values("ts_us").iloc[0]
+    mine = (df["rank"] == rank) & (df["track"] == enq["track"]) & (df["kind"] == "host_op")
+    before = df[mine & (df["ts_us"] + df["dur_us"] <= enq["ts_us"]) & (df["dur_us"] > 0)]
+    return int(before.sort_values("ts_us").index[-1])
+
+
+@pytest.mark.parametrize("slow,delay", [(0, 5000.0), (1, 5000.0), (1, 25000.0)])
+def test_cpu_collective_wait_propagates_to_peer(slow, delay):
+    """A slower rank before a gloo collective makes its peer wait: the graph, not the recorded
+    times, carries the delay across ranks (rank 1 enqueues its first all_to_all ~18 ms before
+    rank 0, so delaying rank 1 by less than that is absorbed by its own wait)."""
     from mtia_trace.ingest import load
     from replay.run import replay_events
 
-    try:
-        ev = load(sorted(path.glob("*.json.gz")) if path.is_dir() else path).events
-    except MtiaTraceError as exc:
-        pytest.skip(f"not loadable: {exc}")
-    dev = ev.column("is_device").to_numpy(zero_copy_only=False)
-    steps_col = ev.column("step").to_numpy()
-    if not dev.any() or not (steps_col >= 0).any():
-        pytest.skip("no steps or no device events")
-    res = replay_events(ev)
-    s = res.steps.to_pandas()
-    err = np.abs(s.total_us - s.measured_us) / s.measured_us
-    ok = float(np.median(err)) <= 0.01 and float(err.max()) <= 0.03
-    if path.name in KNOWN_MISSES:
-        assert not ok, f"{path.name} now matches; remove it from KNOWN_MISSES"
-        pytest.xfail(KNOWN_MISSES[path.name])
-    assert ok, s.assign(err=err).to_string()
+    ev = load(str(SAMPLES / "torch_cpu_dlrm")).events
+    base = replay_events(ev).steps.to_pandas().set_index(["rank", "step"])
+    out = replay_events(ev, _SlowerOp(_leaf_before_first_enqueue(ev, slow), delay))
+    st = out.steps.to_pandas().set_index(["rank", "step"])
+    d = {r: st.loc[(r, 2), "end_us"] - base.loc[(r, 2), "end_us"] for r in (0, 1)}
+    other = 1 - slow
+    if slow == 0:
+        # the late rank: both ranks finish the step later by the full delay
+        assert d[0] == pytest.approx(delay, abs=1.0)
+        assert d[1] == pytest.approx(delay, abs=1.0)
+        assert st.loc[(other, 2), "straggler_rank"] == slow
+    else:
+        # the early rank: its extra time only eats into its wait, until it becomes the late one
+        ex = max(0.0, delay - _first_a2a_slack(ev))
+        assert d[0] == pytest.approx(ex, abs=1.0)
+        assert d[1] == pytest.approx(ex, abs=1.0)
+
+
+def _first_a2a_slack(ev: pa.Table) -> float:
+    """How much later rank 0's first transfer instance starts than rank 1's (measured)."""
+    df = ev.to_pandas()
+    x = df[df["name"].str.startswith("gloo:all_to_all")].sort_values("ts_us")
+    firsts = x.groupby("rank")["ts_us"].first()
+    return float(firsts[0] - firsts[1])
