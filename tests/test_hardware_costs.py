@@ -19,10 +19,12 @@ PLAIN = ["network.intra_node_GBps=100", "comm.intra_efficiency=1", "network.late
 def events(rows: list[dict]) -> "pa.Table":  # noqa: F821
     cols: dict[str, list] = {}
     keys = ("rank", "kind", "is_device", "name", "dur_us", "flops", "bytes_read", "bytes_written",
-            "dtype", "coll_op", "coll_bytes_in", "coll_bytes_out", "group_size", "parent_id")
+            "dtype", "coll_op", "coll_bytes_in", "coll_bytes_out", "group_size", "parent_id",
+            "pg_ranks")
     defaults = dict(rank=0, kind="gemm", is_device=True, name="k", dur_us=10.0, flops=0.0,
                     bytes_read=0.0, bytes_written=0.0, dtype="float", coll_op=None,
-                    coll_bytes_in=0.0, coll_bytes_out=0.0, group_size=0, parent_id=-1)
+                    coll_bytes_in=0.0, coll_bytes_out=0.0, group_size=0, parent_id=-1,
+                    pg_ranks=None)
     for k in keys:
         cols[k] = [r.get(k, defaults[k]) for r in rows]
     cols["event_id"] = list(range(len(rows)))
@@ -105,8 +107,8 @@ def test_scaled_mode_keeps_measured_inefficiency() -> None:
     c = model_for("mtia300", mode="scaled", source="h100").cost(ev)
     assert c.dur_us == pytest.approx([100.0 * 3350 / 6100, 50.0 * 3350 / 6100])
     assert c.notes["mode"] == "scaled"
-    with pytest.raises(UsageError, match="source"):
-        model_for("mtia300", mode="scaled")
+    with pytest.raises(UsageError, match="--source-hw"):
+        model_for("mtia300", mode="scaled").cost(ev)
 
 
 def test_auto_mode_recorded() -> None:
@@ -159,7 +161,20 @@ def test_more_engines_never_slower() -> None:
             assert (c.dur_us <= prev_dur + 1e-9).all()
         assert c.resource_capacity.min() >= prev_cap
         prev_dur, prev_cap = c.dur_us, c.resource_capacity.min()
-    assert prev_cap == 2  # 32 engines / 16 per collective
+    # fifo link sharing: one collective at a time however many engines (full link bandwidth each)
+    assert prev_cap == 1 and m.slots() == 2
+
+
+def test_split_link_sharing_conserves_link_bandwidth() -> None:
+    ev = events([coll("all_to_all", 8e6, 4)])
+    base = ["comm.message_engines=32", "comm.engines_per_collective=8"]
+    fifo = model_for(load_spec("mtia300", PLAIN + base))
+    split = model_for(load_spec("mtia300", PLAIN + base + ["comm.link_sharing=split"]))
+    cf, cs = fifo.cost(ev), split.cost(ev)
+    assert fifo.pool_capacity() == 1 and split.pool_capacity() == 4
+    # 4 at once, each at a quarter of the link: the aggregate stays at the link's bandwidth
+    assert cs.collective_us[0] == pytest.approx(4 * cf.collective_us[0])
+    assert cs.resource_capacity.tolist() == [4]
 
 
 @pytest.mark.parametrize("hw", ["mtia300", "h100"])

@@ -135,6 +135,8 @@ def replay(
     loss_rate: float = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
                                     help="Packet loss probability for retransmissions."),
     seed: int = typer.Option(0, "--seed", help="Seed for the loss draws."),
+    source_hw: str = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
+                                  "(for --mode scaled; default: detected from deviceProperties)."),
     out: Path = typer.Option(None, "--out", help="Run directory (default runs/<trace>-<hw>); "
                              "with several --hw, the folder that holds one run per target."),
     force: bool = typer.Option(False, "--force", help="Replace existing run directories."),
@@ -166,12 +168,15 @@ def replay(
         for w in warnings:
             typer.echo(f"mtia-trace: warning: {w}", err=True)
     progress(f"{tr.events.num_rows:,} events from {len(_files(tr)) or 1} file(s)")
+    from replay.hardware.source import with_source
+    # (`compare` calls this function directly and leaves --source-hw at its typer default)
+    events, _, _ = with_source(tr, source_hw if isinstance(source_hw, str) else None)
 
     for h in hws:
         model, spec, assumed = models[h]
         progress(f"replaying on {h}")
         t0 = time.perf_counter()
-        result = replay_events(tr.events, model, progress=progress)
+        result = replay_events(events, model, progress=progress)
         t_replay = time.perf_counter() - t0
         progress(f"writing {dests[h]}")
         meta = {

@@ -23,6 +23,8 @@ def sweep(
     loss_rate: float = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
                                     help="Packet loss probability for retransmissions."),
     seed: int = typer.Option(0, "--seed", help="Seed for the loss draws."),
+    source_hw: str = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
+                                  "(for --mode scaled; default: detected from deviceProperties)."),
     out: Path = typer.Option(None, "--out", help="Parquet file for the table "
                              "(default runs/<trace>-<hw>-sweep.parquet)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
@@ -35,6 +37,7 @@ def sweep(
     """
     from mtia_trace.cli.replay_cmd import Progress, trace_stem
     from mtia_trace.ingest import load
+    from replay.hardware.source import with_source
     from replay.sweep import parse_vary, sweep as run_sweep
 
     if mode not in ("auto", "roofline", "scaled"):
@@ -46,7 +49,8 @@ def sweep(
         raise RunExistsError(f"{dest}: exists; pass --force to replace it or --out to choose another file")
     progress = Progress(quiet)
     progress(f"ingesting {trace}")
-    events = load(trace).events
+    events, src, why = with_source(load(trace), source_hw)
+    progress(f"source hardware: {src or 'unknown'} ({why})")
     table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
                       seed=seed, progress=progress)
     dest.parent.mkdir(parents=True, exist_ok=True)

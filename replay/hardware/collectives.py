@@ -8,12 +8,23 @@ the link efficiency. Each step costs a latency alpha; each message posted to a N
 ``post_us`` and attributed to host time. Reductions run at the collective's reduction
 throughput, pipelined with the transfer (the slower of the two bounds the time).
 
-Group ranks are taken as contiguous (node-major), the way process groups are usually built.
+Placement: global rank r sits on node (rack) r // ranks_per_node of the target. When the event
+records its group's ranks (``pg_ranks``, e.g. "[0, 8, 16, 24]"), L is the number of group ranks
+on the event's own node and N the number of nodes the group spans, so a strided cross-node group
+is costed on the NICs even when it is small; when the list is absent or truncated ("..."), the
+group is taken as contiguous (node-major), the way process groups are usually built.
+
+Link sharing: every collective is costed at its rank's full link bandwidth divided by
+``share`` (the number of collectives the rank's pool lets run at once under
+``comm.link_sharing = "split"``; 1 under the default ``"fifo"``, where the pool admits one at a
+time), so concurrent collectives never exceed the links' aggregate bandwidth.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +53,45 @@ def op_codes(coll_op: pa.ChunkedArray) -> np.ndarray:
     enc = pc.dictionary_encode(pc.fill_null(coll_op.cast(pa.string()), "").combine_chunks())
     lut = np.array([OPS.index(normalize_op(d)) for d in enc.dictionary.to_pylist()] or [0])
     return lut[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+
+
+_INT = re.compile(r"-?\d+")
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    """Ranks of a recorded group ("[0, 1, 2, 3]"); None when absent or truncated ("...")."""
+    if not text or "..." in text or "\u2026" in text:
+        return None
+    ranks = [int(x) for x in _INT.findall(text)]
+    return ranks or None
+
+
+def placement(pg_ranks: pa.ChunkedArray | pa.Array, rank: np.ndarray,
+              ranks_per_node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per event (p, L, N) from its group's rank list; zeros where the list is unknown.
+
+    p: ranks in the list; L: those on the event's own node (rank // ranks_per_node); N: nodes
+    the group spans. Unique lists are parsed once.
+    """
+    arr = pg_ranks if isinstance(pg_ranks, pa.ChunkedArray) else pa.chunked_array([pg_ranks])
+    enc = pc.dictionary_encode(pc.fill_null(arr.cast(pa.string()), "").combine_chunks())
+    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    p, L, N = (np.zeros(len(rank)) for _ in range(3))
+    own = rank // ranks_per_node
+    for d, text in enumerate(enc.dictionary.to_pylist()):
+        ranks = parse_ranks(text)
+        m = idx == d
+        if ranks is None or not m.any():
+            continue
+        nodes = np.array(sorted(set(ranks)), dtype=np.int64) // ranks_per_node
+        uniq, counts = np.unique(nodes, return_counts=True)
+        per = dict(zip(uniq.tolist(), counts.tolist()))
+        p[m] = len(nodes)
+        N[m] = len(uniq)
+        # a rank outside its recorded group (should not happen) counts as a node of its own
+        mine = np.unique(own[m])
+        L[m] = np.array([per.get(int(o), 1) for o in mine])[np.searchsorted(mine, own[m])]
+    return p, L, N
 
 
 @dataclass
@@ -90,9 +140,16 @@ def reduction_bw(spec: HardwareSpec) -> float:
 
 
 def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
-                     bytes_out: np.ndarray, group: np.ndarray) -> CollectiveCost:
-    """Cost every collective at once. ``op`` holds `OPS` indices; arrays are per event."""
+                     bytes_out: np.ndarray, group: np.ndarray, *, local: np.ndarray | None = None,
+                     nodes: np.ndarray | None = None, share: int = 1) -> CollectiveCost:
+    """Cost every collective at once. ``op`` holds `OPS` indices; arrays are per event.
+
+    ``local`` / ``nodes`` (L, N per event from `placement`; 0 = unknown, contiguous assumed)
+    and ``share`` (concurrent collectives splitting the links) are optional.
+    """
     intra, inter = links(spec)
+    intra.bw /= max(share, 1)
+    inter.bw /= max(share, 1)
     via_nic = bool(spec.value("network.intra_node_via_nic"))
     base = float(spec.value("comm.base_latency_us"))
     red = reduction_bw(spec)
@@ -102,6 +159,10 @@ def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
     p = np.maximum(group.astype(np.float64), 1.0)
     L = np.minimum(p, rpn)
     N = np.ceil(p / L)
+    if local is not None and nodes is not None:
+        known = (local > 0) & (nodes > 0)
+        L = np.where(known, np.minimum(local, p), L)
+        N = np.where(known, nodes, N)
     multi = N > 1
     if algo_name == "auto":
         algo = np.where(multi, 2, 0)

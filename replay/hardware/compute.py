@@ -38,6 +38,13 @@ def codes(*names: str) -> list[int]:
     return [KINDS.index(n) for n in names]
 
 
+def kind_mask(kind: np.ndarray, *names: str) -> np.ndarray:
+    """``np.isin(kind, codes(*names))`` by table lookup (kind codes are small ints)."""
+    lut = np.zeros(len(KINDS), dtype=bool)
+    lut[codes(*names)] = True
+    return lut[kind]
+
+
 def _dtype_class(name: str | None) -> str:
     """Map a recorded dtype string to a peak column: fp8, bf16 or fp32."""
     if not name:
@@ -117,8 +124,8 @@ def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: 
     us_per_gather_byte = hit / cache_bw + (1.0 - hit) / gather_bw
     link_bw = float(spec.value("host.link_GBps")) * 1e3
 
-    eff = np.where(np.isin(kind, codes(*GEMM_KINDS)), eff_gemm, eff_other)
-    priced = np.isin(kind, codes(*ROOFLINE_KINDS))
+    eff = np.where(kind_mask(kind, *GEMM_KINDS), eff_gemm, eff_other)
+    priced = kind_mask(kind, *ROOFLINE_KINDS)
     t_c = np.where(priced, flops / (peak * eff), 0.0)
     t_m = np.where(kind == KINDS.index("embedding"), bytes_rw * us_per_gather_byte, bytes_rw / stream_bw)
     t_m = np.where(priced, t_m, 0.0)

@@ -4,14 +4,18 @@ Which events are priced:
 
 - device work (kernels, copies, DMA): roofline from flops/bytes (mode ``roofline``) or the
   measured duration x target/source roofline ratio (mode ``scaled``, keeps the workload's
-  measured inefficiency; needs the source hardware). ``auto`` picks roofline when events with
-  flops/bytes cover at least half of the device-work time, else scaled when a source is known.
-  Work without flops/bytes keeps its measured time (x the target/source peak ratio of its kind
-  when a source is known).
+  measured inefficiency; needs the source hardware: given to the model, or tagged on the
+  events by `replay.hardware.source` from ``--source-hw`` or the trace's deviceProperties).
+  ``auto`` picks scaled when a source is known and device work was measured, else roofline;
+  the notes say which and why. Work without flops/bytes keeps its measured time (x the
+  target/source peak ratio of its kind when a source is known).
 - collectives and p2p: alpha-beta(-gamma) from their bytes (`collectives`); NIC posts are host
   time; with a loss rate, retransmissions are retry time (`retries`). Each priced collective
-  holds one unit of its rank's pool: message-engine slots (offloaded) or concurrent channels
-  (on-compute); the scheduler records the wait as queueing.
+  holds one unit of its rank's pool; the scheduler records the wait as queueing. Link sharing
+  (``comm.link_sharing``): ``fifo`` (default) admits one collective per rank at a time, each at
+  the full link bandwidth; ``split`` admits as many as the message-engine slots (offloaded) or
+  channel budget (on-compute) allow, each at 1/slots of the link bandwidth. Either way the
+  rank's collectives never move more than its links carry.
 - host events keep their measured durations; kernel-launch calls scale by the target/source
   launch overhead when a source is known.
 - CPU-only traces (no device events): leaf host ops with flops/bytes are the work the target
@@ -29,9 +33,10 @@ from mtia_trace.errors import UsageError
 from mtia_trace.schema import KINDS
 from replay.costs import EventCosts
 from replay.hardware import collectives as coll_mod
-from replay.hardware.compute import (GEMM_KINDS, ROOFLINE_KINDS, codes, is_link_copy, kind_codes,
+from replay.hardware.compute import (GEMM_KINDS, kind_mask, ROOFLINE_KINDS, codes, is_link_copy, kind_codes,
                                      peak_flop_per_us, roofline, zipf_hit_ratio)
 from replay.hardware.retries import retry_costs, rto_us
+from replay.hardware.source import tagged_source
 from replay.hardware.spec import PATH_KEYS, REQUIRED_KEYS, HardwareSpec, load_spec
 
 MODES = ("auto", "roofline", "scaled")
@@ -55,8 +60,8 @@ def sm_share_slowdown(spec: HardwareSpec) -> float:
 def _measured_split(kind: np.ndarray, is_dev: np.ndarray, dur: np.ndarray) -> EventCosts:
     """Measured durations split by kind, as `replay.costs.split_by_kind` does (on kind codes)."""
     z = np.zeros(len(dur))
-    comm = np.isin(kind, codes(*COMM_KINDS))
-    fetch = np.isin(kind, codes("memcpy", "memset", "embedding"))
+    comm = kind_mask(kind, *COMM_KINDS)
+    fetch = kind_mask(kind, "memcpy", "memset", "embedding")
     host = ~is_dev & ~comm & ~fetch
     comp = ~(comm | fetch | host)
     return EventCosts(np.where(comp, dur, z), np.where(fetch, dur, z), np.where(comm, dur, z),
@@ -76,9 +81,6 @@ class HardwareModel:
             raise UsageError(f"--mode {mode}: unknown costing mode; use one of {', '.join(MODES)}")
         if not 0.0 <= loss_rate < 1.0:
             raise UsageError(f"--loss-rate {loss_rate}: must be in [0, 1)")
-        if mode == "scaled" and source is None:
-            raise UsageError("--mode scaled: needs the hardware the trace was measured on; pass "
-                             "--source NAME (e.g. h100) or use --mode roofline")
         self.spec, self.mode, self.loss_rate, self.seed, self.source = (
             spec, mode, float(loss_rate), int(seed), source)
         self.name = spec.name
@@ -95,16 +97,26 @@ class HardwareModel:
             return float(self.spec.value("comm.overlap_slowdown"))
         return sm_share_slowdown(self.spec)
 
-    def pool_capacity(self) -> int:
-        """Collectives one rank can run at once."""
+    def slots(self) -> int:
+        """Collectives one rank's engines (offloaded) or channel budget (on-compute) can run."""
         if self.spec.value("comm.path") == "offloaded":
             return max(1, int(self.spec.value("comm.message_engines"))
                        // max(1, int(self.spec.value("comm.engines_per_collective"))))
         return max(1, int(self.spec.value("comm.concurrent_collectives")))
 
+    def link_sharing(self) -> str:
+        return str(self.spec.get("comm.link_sharing", "fifo"))
+
+    def pool_capacity(self) -> int:
+        """Collectives one rank runs at once: 1 under ``fifo`` link sharing (each is costed at
+        the full link bandwidth, so they queue for the links), the slots under ``split`` (each
+        then gets 1/slots of the link bandwidth)."""
+        return self.slots() if self.link_sharing() == "split" else 1
+
     def used_keys(self) -> list[str]:
         keys = [*REQUIRED_KEYS, *PATH_KEYS[str(self.spec.value("comm.path"))]]
-        keys += [k for k in ("loss.rto_us", "loss.ib_timeout") if self.spec.get(k) is not None]
+        keys += [k for k in ("loss.rto_us", "loss.ib_timeout", "comm.link_sharing")
+                 if self.spec.get(k) is not None]
         return keys
 
     # -- pricing ---------------------------------------------------------------------------
@@ -112,9 +124,17 @@ class HardwareModel:
         r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link)
         return r.compute_us, r.fetch_us
 
+    def _source(self, events: pa.Table) -> tuple[HardwareSpec | None, str]:
+        """The source spec: the one given to the model, else the one tagged on the events."""
+        if self.source is not None:
+            return self.source, f"source {self.source.name} given"
+        name, why = tagged_source(events)
+        return (load_spec(name) if name else None), why
+
     def cost(self, events: pa.Table) -> EventCosts:
         n = events.num_rows
         spec = self.spec
+        source, source_why = self._source(events)
         kind = kind_codes(events.column("kind"))
         is_dev = events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
         dur = _np(events, "dur_us")
@@ -126,7 +146,7 @@ class HardwareModel:
                                     "seed": self.seed}
 
         cpu_only = n > 0 and not is_dev.any()
-        work = np.isin(kind, codes(*WORK_KINDS))
+        work = kind_mask(kind, *WORK_KINDS)
         if cpu_only:
             parent = _np(events, "parent_id", np.int64)
             is_parent = np.zeros(n, dtype=bool)
@@ -141,12 +161,23 @@ class HardwareModel:
         wdur = dur[work].sum()
         frac = float(dur[priced].sum() / wdur) if wdur > 0 else (
             float(priced.sum() / max(work.sum(), 1)))
+        measured = not cpu_only and wdur > 0
         mode = self.mode
+        if mode == "scaled" and source is None:
+            raise UsageError("--mode scaled: the hardware the trace was measured on is unknown "
+                             f"({source_why or 'no source given'}); pass --source-hw NAME "
+                             "(e.g. h100) or use --mode roofline")
         if mode == "auto":
-            mode = "roofline" if frac >= 0.5 or self.source is None else "scaled"
-            notes["mode_reason"] = (f"events with flops/bytes cover {frac:.0%} of device-work "
-                                    f"time; {'source ' + self.source.name if self.source else 'no source hardware given'}")
+            mode = "scaled" if source is not None and measured else "roofline"
+            why = (f"source {source.name} ({source_why}) and measured device work: measured "
+                   f"times x target/source roofline ratio" if mode == "scaled" else
+                   "no device work measured (CPU-only trace)" if source is not None else
+                   f"no source hardware ({source_why or 'none given'})")
+            notes["mode_reason"] = (f"{why}; events with flops/bytes cover {frac:.0%} of "
+                                    f"device-work time")
         notes["mode"] = mode
+        notes["source_hw"] = source.name if source is not None else None
+        notes["source_hw_reason"] = source_why
         notes["priced_work_events"] = int(priced.sum())
         notes["unpriced_work_events"] = int((work & ~has_data).sum())
 
@@ -162,21 +193,21 @@ class HardwareModel:
             tc, tf = self._roofline(spec, k, f, b, cb, dt, lk)
             d = dur[sub]
             data = has_data[sub]
-            if self.source is not None:
+            if source is not None:
                 # pseudo work for events without data: the kind's peak (compute or memory) ratio
-                gemm = np.isin(k, codes(*GEMM_KINDS))
+                gemm = kind_mask(k, *GEMM_KINDS)
                 pf = np.where(data, f, np.where(gemm, 1.0, 0.0))
                 pb = np.where(data, b, np.where(gemm, 0.0, 1.0))
                 pcb = np.where(data, cb, 1.0)
                 ptc, ptf = self._roofline(spec, k, pf, pb, pcb, dt, lk)
-                stc, stf = self._roofline(self.source, k, pf, pb, pcb, dt, lk)
+                stc, stf = self._roofline(source, k, pf, pb, pcb, dt, lk)
                 tt, ts = ptc + ptf, stc + stf
                 ratio = np.divide(tt, ts, out=np.ones_like(tt), where=ts > 0)
                 scaled = d * ratio
                 share = np.divide(ptc, tt, out=np.zeros_like(tt), where=tt > 0)
                 sc_c, sc_f = scaled * share, scaled * (1.0 - share)
             else:
-                sc_c = np.where(np.isin(k, codes("memcpy", "memset", "embedding")), 0.0, d)
+                sc_c = np.where(kind_mask(k, "memcpy", "memset", "embedding"), 0.0, d)
                 sc_f = d - sc_c
             use_roof = data if mode == "roofline" else np.zeros(len(sub), dtype=bool)
             compute = np.where(use_roof, tc, sc_c)
@@ -189,12 +220,13 @@ class HardwareModel:
                 costs.host_us[sub] = float(spec.value("host.kernel_launch_us"))
 
         # kernel-launch calls follow the target's launch overhead when the source is known
-        if self.source is not None:
-            launch = (kind == KINDS.index("runtime")) & pc.fill_null(
-                pc.match_substring_regex(events.column("name"), "(?i)launch"), False
-            ).to_numpy(zero_copy_only=False)
+        if source is not None:
+            rt = np.flatnonzero(kind == KINDS.index("runtime"))
+            names = events.column("name").take(pa.array(rt))
+            launch = rt[pc.fill_null(pc.match_substring_regex(names, "(?i)launch"), False)
+                        .to_numpy(zero_copy_only=False)]
             costs.host_us[launch] = dur[launch] * (float(spec.value("host.kernel_launch_us"))
-                                                   / float(self.source.value("host.kernel_launch_us")))
+                                                   / float(source.value("host.kernel_launch_us")))
 
         self._cost_collectives(events, kind, is_dev, cpu_only, costs, notes)
         notes["overlap_slowdown"] = self.overlap_slowdown()
@@ -206,13 +238,15 @@ class HardwareModel:
     def _cost_collectives(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
                           cpu_only: bool, costs: EventCosts, notes: dict[str, object]) -> None:
         n = events.num_rows
-        comm = np.isin(kind, codes(*COMM_KINDS)) & (is_dev | cpu_only)
+        comm = kind_mask(kind, *COMM_KINDS) & (is_dev | cpu_only)
         idx = np.flatnonzero(comm)
         rank = _np(events, "rank", np.int64)
         cap = self.pool_capacity()
         costs.resource = np.full(n, -1, dtype=np.int32)
         costs.resource_capacity = np.full(int(rank.max()) + 1 if n else 0, cap, dtype=np.int32)
         notes["collective_pool"] = {"per": "rank", "capacity": cap,
+                                    "link_sharing": self.link_sharing(),
+                                    "slots": self.slots(),
                                     "units": "message-engine slots"
                                     if self.spec.value("comm.path") == "offloaded"
                                     else "concurrent collectives"}
@@ -223,11 +257,17 @@ class HardwareModel:
         bin_ = np.nan_to_num(_np(events, "coll_bytes_in")[idx])
         bout = np.nan_to_num(_np(events, "coll_bytes_out")[idx])
         group = _np(events, "group_size", np.int64)[idx]
-        nranks = len(np.unique(rank))
-        group = np.where(group > 0, group, max(nranks, 2))
+        nranks = int((np.bincount(rank[rank >= 0]) > 0).sum()) if (rank >= 0).any() else 1
+        p_rec, L, N = coll_mod.placement(events.column("pg_ranks").take(take), rank[idx],
+                                         int(self.spec.value("network.ranks_per_node")))
+        group = np.where(group > 0, group, np.where(p_rec > 0, p_rec, max(nranks, 2)))
+        notes["group_placement"] = {"from_pg_ranks": int((L > 0).sum()),
+                                    "assumed_contiguous": int((L == 0).sum())}
         known = (bin_ + bout > 0) | (op == coll_mod.OPS.index("barrier"))
         notes["unpriced_collectives"] = int((~known).sum())
-        c = coll_mod.collective_costs(self.spec, op, bin_, bout, group)
+        share = cap if self.link_sharing() == "split" else 1
+        c = coll_mod.collective_costs(self.spec, op, bin_, bout, group, local=L, nodes=N,
+                                      share=share)
         sel = idx[known]
         for name in ("compute", "fetch", "collective", "retry", "host"):
             getattr(costs, f"{name}_us")[sel] = 0.0

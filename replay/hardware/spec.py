@@ -79,6 +79,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "comm.path": ("offloaded", "on_compute"),
     "comm.algorithm": ("auto", "ring", "tree", "hierarchical"),
     "loss.recovery": ("go_back_n", "selective_repeat"),
+    "comm.link_sharing": ("fifo", "split"),
 }
 
 #: Keys that must lie in (0, 1].
