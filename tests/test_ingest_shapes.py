@@ -146,3 +146,38 @@ def test_instants_and_metadata(tmp_path: Path) -> None:
     assert ev["[memory]"]["kind"] == "instant" and ev["[memory]"]["dur_us"] == 0
     assert ev["[memory]"]["ts_us"] == pytest.approx(3.0005)
     assert ev["[memory]"]["parent_id"] == ev["aten::mm"]["event_id"]
+
+
+def test_bytes_arg_is_total_traffic(tmp_path: Path) -> None:
+    """A recorded `bytes` arg: shape-derived output bytes are written, the rest read."""
+    ev = _load(tmp_path, [
+        _op("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function",
+            [[1000], [3], [50], [9]], [F, "long int", "long int", "long int"], 0, 1, 1,
+            flops=800, bytes=7000),
+        _op("optimizer.step#SGD.step", [], [], 10, 1, 2, bytes=1234),
+        _op("aten::mm", [[8, 16], [16, 4]], [F, F], 20, 1, 3, bytes=100),
+    ])
+    tbe = ev["fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function"]
+    assert (tbe["flops"], tbe["bytes_read"], tbe["bytes_written"]) == (800, 7000, 0)
+    opt = ev["optimizer.step#SGD.step"]
+    assert (opt["bytes_read"], opt["bytes_written"]) == (1234, 0)
+    mm = ev["aten::mm"]   # output 8x4 floats = 128 B > the recorded total: capped
+    assert (mm["bytes_read"], mm["bytes_written"]) == (0, 100)
+
+
+def test_tbe_bytes_from_shapes(tmp_path: Path) -> None:
+    """FBGEMM lookup without a bytes arg: rows gathered from indices x mean dim x dtype size."""
+    # (dev_weights, uvm_weights, weights_offsets, D_offsets, total_D, max_D, hash_size_cumsum,
+    #  total_hash_size_bits, indices, offsets): T = 2 tables, total_D = 96, B = 4
+    dims = [[5000], [0], [2], [3], [], [], [3], [], [40], [9]]
+    types = ["c10::Half", "c10::Half", "long int", "int", "Scalar", "Scalar", "long int",
+             "Scalar", "long int", "long int"]
+    conc = ["", "", "", "", "96", "64", "", "17", "", ""]
+    ev = _load(tmp_path, [_op("fbgemm::split_embedding_codegen_lookup_sgd_function", dims, types,
+                              0, 1, 1, **{"Concrete Inputs": conc})])
+    tbe = ev["fbgemm::split_embedding_codegen_lookup_sgd_function"]
+    dim = 96 / 2
+    assert tbe["bytes_read"] == pytest.approx(40 * dim * 2 + 40 * 8 + 9 * 8)
+    assert tbe["bytes_written"] == pytest.approx(4 * 96 * 2)
+    assert tbe["flops"] == pytest.approx(40 * dim)
+    assert tbe["dtype"] == "c10::Half"

@@ -54,7 +54,6 @@ def test_every_rank_matches_its_peers(tw):
         assert np.ptp((g.ts_us + g.dur_us).to_numpy()) < 1e-3   # ends together
 
 
-@pytest.mark.xfail(strict=True, reason="ingest does not yet map the TBE op's `bytes` arg to bytes_read")
 def test_embedding_bytes_from_ingested_table(tw):
     e = tw[(~tw.is_device) & (tw.kind == "embedding") & (tw.step == 1)
            & tw.name.str.contains("lookup")]

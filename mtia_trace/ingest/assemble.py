@@ -161,29 +161,53 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return sync_stream, sync_corr
 
 
+def _arg_floats(present: list[Any], attr: str) -> np.ndarray:
+    """One numeric arg of the rows that have args, NaN where absent."""
+    return np.array([getattr(a, attr) for a in present], dtype=np.float64)
+
+
 def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
+    """flops, bytes_read, bytes_written and dtype from shapes and the trace's own args.
+
+    A recorded ``flops`` arg wins over the shape formula. A recorded ``bytes`` arg is the op's
+    total memory traffic: the shape-derived output bytes (capped at the total) are written,
+    the rest is read; with no output estimate it is all read. Copies and DMA take their size.
+    """
     kind, name, is_dev, cat = cols["kind"], cols["name"], cols["is_device"], cols["cat"]
     n = len(kind)
     flops, rd, wr = np.zeros(n), np.zeros(n), np.zeros(n)
     dtype = np.full(n, None, dtype=object)
-    with_args = pd.Series(args, copy=False).notna().to_numpy()
-    host_shape = np.flatnonzero(with_args & ~is_dev & _isin(kind, _SHAPE_KINDS))
-    memo: dict[str, tuple[float, float, float, str | None]] = {}
+    arg_rows = np.flatnonzero(pd.Series(args, copy=False).notna().to_numpy())
+    with_args = np.zeros(n, dtype=bool)
+    with_args[arg_rows] = True
+    shape_kind = _isin(kind, _SHAPE_KINDS)
+    host_shape = np.flatnonzero(with_args & ~is_dev & shape_kind)
+    memo: dict[tuple[str, str, str, str, str], tuple[float, float, float, str | None]] = {}
     for i in host_shape.tolist():
         a = args[i]
-        key = f"{kind[i]}|{name[i]}|{a.input_dims}|{a.input_type}|{a.concrete}"
+        key = (kind[i], name[i], repr(a.input_dims), repr(a.input_type), repr(a.concrete))
         got = memo.get(key)
         if got is None:
             got = memo[key] = op_cost(kind[i], name[i], a.input_dims, a.input_type, a.concrete)
         flops[i], rd[i], wr[i], dtype[i] = got
-    for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~_isin(kind, _SHAPE_KINDS)).tolist():
-        a = args[i]
-        if a.input_type:
-            dtype[i] = next((t for t in a.input_type if t not in ("", "Scalar", "ScalarList")), None)
-    own = np.flatnonzero(with_args)
-    own = own[np.array([args[i].flops is not None for i in own.tolist()], dtype=bool)] if len(own) else own
-    for i in own.tolist():
-        flops[i] = float(args[i].flops)
+    types_memo: dict[tuple[str, ...], str | None] = {}
+    for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind).tolist():
+        t = args[i].input_type
+        if t:
+            key = tuple(t)
+            if key not in types_memo:
+                types_memo[key] = next((x for x in t if x not in ("", "Scalar", "ScalarList")), None)
+            dtype[i] = types_memo[key]
+    if len(arg_rows):
+        present = args[arg_rows].tolist()
+        own_flops, own_bytes = _arg_floats(present, "flops"), _arg_floats(present, "bytes")
+        has = ~np.isnan(own_flops)
+        flops[arg_rows[has]] = own_flops[has]
+        copy = (kind[arg_rows] == "memcpy") | (kind[arg_rows] == "memset")
+        has = ~np.isnan(own_bytes) & ~(copy & is_dev[arg_rows])
+        rows, total = arg_rows[has], own_bytes[has]
+        wr[rows] = np.minimum(wr[rows], total)
+        rd[rows] = total - wr[rows]
     copies = np.flatnonzero(with_args & is_dev & ((kind == "memcpy") | (kind == "memset")))
     for i in copies.tolist():
         a = args[i]
@@ -191,10 +215,9 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         wr[i] = b
         if kind[i] == "memcpy":
             rd[i] = b
-    for i in np.flatnonzero(is_dev & pd.isna(dtype)).tolist():
-        m = _MTIA_DTYPE.search(name[i])
-        if m:
-            dtype[i] = m.group(1)
+    dev_dtype = _name_mask(cols, lambda s: _MTIA_DTYPE.search(s) is not None)
+    for i in np.flatnonzero(is_dev & dev_dtype & pd.isna(dtype)).tolist():
+        dtype[i] = _MTIA_DTYPE.search(name[i]).group(1)
     cols.update(flops=flops, bytes_read=rd, bytes_written=wr, dtype=dtype)
 
 

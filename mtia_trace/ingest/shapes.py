@@ -147,6 +147,8 @@ def op_cost(kind: str, name: str, dims: list[Any] | None, types: list[Any] | Non
         k_vol = math.prod(w[1:]) if isinstance(w, list) and len(w) > 1 else 1
         out = flops / (2.0 * max(k_vol, 1)) * esize if flops else 0.0
         return flops, read, out, dtype
+    if kind == "embedding" and _TBE_LOOKUP.match(base):
+        return _tbe(dims, types, concrete)
     if kind == "embedding" and base.startswith(("embedding", "_embedding_bag")) and "backward" not in base:
         try:
             weight = dims[0]
@@ -167,6 +169,47 @@ def op_cost(kind: str, name: str, dims: list[Any] | None, types: list[Any] | Non
         n = _numel(tensors[0][0])
         return float(n), read, 0.0, dtype
     return 0.0, 0.0, 0.0, dtype
+
+
+_TBE_LOOKUP = re.compile(r"^split_embedding\w*_codegen_(lookup|forward)_")
+_INT_TYPES = frozenset({"long int", "long", "int64", "int", "int32"})
+
+
+def _tbe(dims: list[Any], types: list[Any], concrete: list[Any] | None
+         ) -> tuple[float, float, float, str | None]:
+    """FBGEMM table-batched embedding lookup (pooled) from its recorded arguments.
+
+    The weights dtype is the first floating tensor's; `indices` is the largest 1-D integer
+    tensor and `offsets` the 1-D integer tensor right after it (B*T+1 entries). The mean row
+    width is total_D / T: total_D is the first integer scalar in `Concrete Inputs` after
+    `D_offsets` (the 1-D integer tensor of T+1 entries before it). Reads: gathered rows, indices
+    and offsets; writes: the pooled output (B*total_D). Zeros when any piece is missing.
+    """
+    def typ(i: int) -> str:
+        return str(types[i]) if i < len(types) else ""
+
+    floats = [i for i, d in enumerate(dims) if _is_tensor(d, typ(i)) and typ(i) not in _INT_TYPES]
+    ints = [i for i, d in enumerate(dims)
+            if isinstance(d, list) and len(d) == 1 and typ(i) in _INT_TYPES]
+    if not floats or len(ints) < 2 or not concrete:
+        return 0.0, 0.0, 0.0, typ(floats[0]) if floats else None
+    wtype = typ(floats[0])
+    idx = max(ints, key=lambda i: _numel(dims[i]))
+    off = next((i for i in ints if i > idx), None)
+    total_d = t = None
+    for i, c in enumerate(concrete):
+        if typ(i) == "Scalar" and isinstance(c, str) and c.strip().isdigit() and int(c) > 0:
+            prev = [j for j in ints if j < i]
+            if prev and _numel(dims[prev[-1]]) > 1:
+                total_d, t = int(c), _numel(dims[prev[-1]]) - 1
+            break
+    if off is None or not total_d or not t:
+        return 0.0, 0.0, 0.0, wtype
+    n_idx, n_off = _numel(dims[idx]), _numel(dims[off])
+    bags = max(n_off - 1, 0)
+    esize, dim = dtype_size(wtype), total_d / t
+    read = n_idx * dim * esize + n_idx * dtype_size(typ(idx), 8) + n_off * dtype_size(typ(off), 8)
+    return float(n_idx * dim), float(read), float(bags / t * total_d * esize), wtype
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)")
