@@ -4,7 +4,9 @@ Sources: `record_param_comms` args and NCCL/HCCL kernel args where the backend r
 otherwise `c10d::*` ops (sizes from `Input Dims`) and, for gloo CPU traces, the `gloo:*`
 annotations on the gloo worker threads, paired with the c10d ops by order per op type.
 
-`coll_seq` numbers the outermost collective ops of each (rank, process group) in time order;
+`coll_seq` is the trace's own sequence number (`Seq` arg of record_param_comms) when every
+collective of a (rank, process group) carries one, so ranks whose traces start mid-way still
+match; otherwise it numbers the outermost collective ops of each (rank, process group) in time order;
 every event of the same collective on that rank (the c10d op, its record_param_comms and
 annotations, the kernel it launched, the paired gloo annotation) carries the same number, so
 (pg, coll_seq, coll_op) identifies one collective across ranks.
@@ -127,13 +129,23 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     roots = host_coll[(root[host_coll] == host_coll) & ~gloo_row]
     gloo_rows = host_coll[gloo_row]
 
-    # 3. sequence numbers per (rank, pg) over roots in time order; descendants inherit
+    # 3. sequence numbers per (rank, pg): the trace's own (`Seq` arg on the root or any event
+    #    under it) when every root of the group has one, else the order of the roots in time
+    own = np.full(n, -1, dtype=np.int64)
+    for i in host_coll.tolist():
+        a = args[i]
+        if a is not None:
+            v = a.seq if a.seq is not None else a.seq_lower
+            if v is not None and v >= 0 and root[i] >= 0:
+                own[root[i]] = max(own[root[i]], v)
     order = roots[np.lexsort((ts[roots], rank[roots]))]
-    counters: dict[tuple[int, Any], int] = {}
+    groups: dict[tuple[int, Any], list[int]] = {}
     for i in order.tolist():
-        key = (int(rank[i]), pg[i])
-        seq[i] = counters.get(key, 0)
-        counters[key] = seq[i] + 1
+        groups.setdefault((int(rank[i]), pg[i]), []).append(i)
+    for rows in groups.values():
+        ids = np.array(rows, dtype=np.int64)
+        recorded = own[ids]
+        seq[ids] = recorded if (recorded >= 0).all() else np.arange(len(ids))
     nonroot = host_coll[(root[host_coll] != host_coll) & (root[host_coll] >= 0)]
     seq[nonroot] = seq[root[nonroot]]
     for col in (pg, pg_ranks):

@@ -47,6 +47,7 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: str | list[Any] | None = msgspec.field(default=None, name="Process Group Ranks")
     seq: int | None = msgspec.field(default=None, name="Seq")
+    seq_lower: int | None = msgspec.field(default=None, name="seq")
     name: str | None = None  # metadata events: process/thread name
 
 
