@@ -57,8 +57,10 @@ def views_sql(runs: Sequence[Run], *, relative: bool = False) -> str:
     for table in TABLES:
         parts = []
         for run in runs:
-            f = f"{table}.parquet" if relative else str(run.table_path(table))
-            parts.append(f"SELECT {_lit(run.name)} AS run, * FROM read_parquet({_lit(f)})")
+            fs = [str(f.relative_to(run.path)) if relative else str(f)
+                  for f in run.table_files(table)]
+            src = _lit(fs[0]) if len(fs) == 1 else "[" + ", ".join(map(_lit, fs)) + "]"
+            parts.append(f"SELECT {_lit(run.name)} AS run, * FROM read_parquet({src})")
         out.append(f"CREATE OR REPLACE VIEW {table} AS\n  "
                    + "\n  UNION ALL BY NAME\n  ".join(parts) + ";")
     rows = []
@@ -81,7 +83,8 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.D
         resolved = find_runs([r.path if isinstance(r, Run) else r for r in runs])
     con = duckdb.connect(":memory:")
     con.execute(views_sql(resolved))  # type: ignore[arg-type]
-    files = [str(r.table_path(t)) for r in resolved for t in TABLES]  # type: ignore[union-attr]
+    files = [str(f) for r in resolved for t in TABLES  # type: ignore[union-attr]
+             for f in r.table_files(t)]
     con.execute("SET allowed_paths = " + "[" + ", ".join(_lit(f) for f in files) + "]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

@@ -47,10 +47,41 @@ class Run:
     meta: dict
 
     def table_path(self, table: str) -> Path:
-        return self.path / f"{table}.parquet"
+        """``<table>.parquet``, or the ``<table>/`` directory of a partitioned table."""
+        part = self.path / table
+        return part if part.is_dir() else self.path / f"{table}.parquet"
+
+    def table_files(self, table: str) -> list[Path]:
+        """The Parquet files holding ``table`` (one, or the partitions in name order)."""
+        return table_files(self.table_path(table))
 
     def read(self, table: str) -> pa.Table:
-        return pq.read_table(self.table_path(table))
+        files = self.table_files(table)
+        if len(files) == 1:
+            return pq.read_table(files[0])
+        return pa.concat_tables([pq.read_table(f) for f in files]).replace_schema_metadata(
+            TABLES[table].metadata)
+
+
+def table_files(path: Path) -> list[Path]:
+    """A table's files: the file itself, or a partition directory's ``*.parquet`` sorted."""
+    return sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+
+
+def partition_path(tmp: Path, table: str, rank: int) -> Path:
+    """Where a distributed replay writes ``table``'s partition for ``rank`` inside a run."""
+    return tmp / table / f"rank-{rank:06d}.parquet"
+
+
+def write_partition(name: str, table: pa.Table, path: Path) -> None:
+    """Write one partition atomically (a retried task overwrites it whole)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    try:
+        write_table(name, table, part)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _conform(name: str, table: pa.Table) -> pa.Table:
@@ -121,30 +152,49 @@ def check_destination(dest: Path, force: bool) -> None:
             "--force, choose another --out")
 
 
-def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
-              force: bool = False) -> Run:
-    """Write ``tables`` (name -> table, all of `TABLES`) and ``meta`` as a run at ``dest``.
-
-    ``meta`` goes into ``run.json`` with the tool and schema versions, row counts and write time
-    added. Raises `RunExistsError` when ``dest`` exists and ``force`` is false.
-    """
+def begin_run(dest: str | Path, force: bool = False) -> Path:
+    """A fresh hidden temporary directory beside ``dest`` to build a run in (see `write_run`)."""
     dest = Path(dest)
-    missing = [t for t in TABLES if t not in tables]
-    assert not missing, f"write_run needs tables {missing}"
     check_destination(dest, force)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a run is an ordinary dir
+    return tmp
+
+
+def _rows(path: Path) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
+
+
+def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
+              force: bool = False, tmp: Path | None = None) -> Run:
+    """Write ``tables`` (name -> table, all of `TABLES`) and ``meta`` as a run at ``dest``.
+
+    ``meta`` goes into ``run.json`` with the tool and schema versions, row counts and write time
+    added. Raises `RunExistsError` when ``dest`` exists and ``force`` is false. With ``tmp`` (from
+    `begin_run`), tables already written there as partition directories may be left out of
+    ``tables``; the run is finished and moved into place (or ``tmp`` removed on failure).
+    """
+    dest = Path(dest)
+    done = {t for t in TABLES if tmp is not None and (tmp / t).is_dir()}
+    missing = [t for t in TABLES if t not in tables and t not in done]
+    assert not missing, f"write_run needs tables {missing}"
     try:
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a run is an ordinary dir
+        if tmp is None:
+            tmp = begin_run(dest, force)
+        else:
+            check_destination(dest, force)
         t0 = time.perf_counter()
         for name in TABLES:
-            write_table(name, tables[name], tmp / f"{name}.parquet")
+            if name not in done:
+                write_table(name, tables[name], tmp / f"{name}.parquet")
         full = {
             "tool": "mtia-trace",
             "tool_version": __version__,
             "schema_version": schema.SCHEMA_VERSION,
             "created_unix": round(time.time(), 3),
-            "rows": {name: tables[name].num_rows for name in TABLES},
+            "rows": {name: _rows(tmp / name) if name in done else tables[name].num_rows
+                     for name in TABLES},
             **meta,
         }
         full.setdefault("timings_s", {})["write"] = round(time.perf_counter() - t0, 4)
@@ -156,7 +206,8 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
         check_destination(dest, force)
         _swap_into_place(tmp, dest)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return run
 
@@ -209,7 +260,8 @@ def open_run(path: str | Path) -> Run:
         raise SchemaVersionError(
             f"{path}: written with schema {version}, newer than this mtia-trace "
             f"({__version__}, schema {schema.SCHEMA_VERSION}); upgrade mtia-trace to read it")
-    absent = [f"{t}.parquet" for t in TABLES if not (path / f"{t}.parquet").is_file()]
+    absent = [f"{t}.parquet" for t in TABLES
+              if not (path / f"{t}.parquet").is_file() and not (path / t).is_dir()]
     if absent:
         raise RunNotFoundError(f"{path}: incomplete run, missing {', '.join(absent)}; "
                                "rewrite it with `mtia-trace replay --force`")

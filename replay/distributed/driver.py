@@ -1,0 +1,246 @@
+"""Driver of a distributed replay on Dask: shards, the collective coupling loop, the run write.
+
+Each shard (a contiguous slice of the rank files) is ingested, built and costed on a worker and
+stays there as a future; per coupling iteration only the members' arrival times travel (a few
+floats per collective and rank). The driver sets every ghost's arrival to its remote member's
+latest arrival and repeats until no arrival moves (see docs/distributed.md for why this is the
+single-process schedule). Workers write the events and edges partitions of their ranks straight
+into the run being built; steps, summary and collectives are assembled here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from mtia_trace import schema
+from mtia_trace.errors import TraceFormatError, UsageError
+from mtia_trace.ingest import trace_files
+from mtia_trace.storage import begin_run, write_run
+from replay.distributed import shard as S
+
+#: Seconds to wait for a scheduler before giving up.
+CONNECT_TIMEOUT_S = 10
+MAX_ITERATIONS = 100_000
+
+
+def connect(scheduler: str | None, workers: int | None):  # noqa: ANN201
+    """A Dask client: on ``scheduler`` (tcp://host:port), or on a local cluster of ``workers``."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("--scheduler/--workers need Dask; install mtia-trace[distributed] "
+                         "(pip install 'dask[distributed]')") from None
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({msg}); "
+                             "check the address and that dask-scheduler is running") from None
+    cluster = LocalCluster(n_workers=int(workers or 1), threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    return Client(cluster)
+
+
+def _chunks(files: list[Path], n: int) -> list[list[str]]:
+    n = max(1, min(n, len(files)))
+    return [[str(f) for f in part] for part in np.array_split(np.array(files, dtype=object), n)]
+
+
+def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, client,  # noqa: ANN001
+                       force: bool = False, shards: int | None = None,
+                       source_hw: str | None = None,
+                       progress: Callable[[str], None] | None = None) -> tuple[pa.Table, dict]:
+    """Replay ``trace`` (a folder of per-rank files) on ``client``; write the run at ``dest``.
+
+    Returns (steps table, run.json metadata).
+    """
+    say = progress or (lambda _m: None)
+    files = trace_files(Path(trace))
+    nworkers = max(1, len(client.scheduler_info().get("workers", {})))
+    chunks = _chunks(files, shards or nworkers)
+    t_start = time.perf_counter()
+    say(f"{len(files)} trace files in {len(chunks)} shards on {nworkers} workers")
+
+    from distributed import as_completed
+
+    ing = [client.submit(S.ingest, c) for c in chunks]
+    fact_f = [client.submit(S.facts, f) for f in ing]
+    facts: list[dict] = [None] * len(chunks)  # type: ignore[list-item]
+    idx = {f.key: i for i, f in enumerate(fact_f)}
+    done = 0
+    for fut in as_completed(fact_f):
+        i = idx[fut.key]
+        facts[i] = fut.result()
+        done += len(facts[i]["ranks"])
+        r = facts[i]["ranks"]
+        say(f"ingested ranks {r[0]}-{r[-1]} ({done} ranks done)" if r else "ingested an empty shard")
+    t_ingest = time.perf_counter() - t_start
+
+    # ---- global facts: ranks, ids, time origin, collectives --------------------------------
+    owner: dict[int, int] = {}
+    for i, f in enumerate(facts):
+        for r in f["ranks"]:
+            if r in owner:
+                raise TraceFormatError(
+                    f"{trace}: rank {r} comes from two shards ({chunks[owner[r]][0]}, "
+                    f"{chunks[i][0]}); distributed replay needs one trace per rank that names "
+                    "its rank (distributedInfo.rank or 'rank<N>' in the file name)")
+            owner[r] = i
+    ranks = sorted(owner)
+    rows = {r: facts[owner[r]]["rows"][r] for r in ranks}
+    offsets = dict(zip(ranks, np.concatenate([[0], np.cumsum([rows[r] for r in ranks])[:-1]])
+                       .astype(int).tolist()))
+    t0s = [f["t0"] for f in facts]
+    t0 = float(min(t0s))
+    t0_rank = min(r for r in ranks
+                  if facts[owner[r]]["t0"] == t0)  # a rank of the shard holding the origin
+    mem = pd.concat([f["members"].assign(shard=i) for i, f in enumerate(facts)], ignore_index=True)
+    mem["gid"] = [offsets[int(r)] + int(i) - facts[s]["start"][int(r)]
+                  for r, i, s in zip(mem["rank"], mem["id"], mem["shard"])]
+    mem["n"] = mem.groupby(["pg", "seq"])["rank"].transform("size")
+    mem = mem[mem["n"] >= 2].sort_values(["pg", "seq", "rank"]).reset_index(drop=True)
+    mem["m"] = np.arange(len(mem))
+
+    source = _source(facts, source_hw)
+    builds, ghost_idx, member_idx = [], [], []
+    for i, f in enumerate(facts):
+        mine = mem[mem["shard"] == i]
+        keys = mine[["pg", "seq"]].drop_duplicates()
+        peers = mem.merge(keys, on=["pg", "seq"])
+        gh = peers[peers["shard"] != i].reset_index(drop=True)
+        ghost_idx.append(gh["m"].to_numpy())
+        member_idx.append(mine["m"].to_numpy())
+        anchor = None
+        if f["t0"] > t0:
+            anchor = (t0_rank, t0)
+        builds.append(client.submit(S.build, ing[i], gh, mine["id"].to_numpy(), offsets,
+                                    anchor, model, source))
+
+    # ---- coupling: iterate arrivals to the fixed point -------------------------------------
+    slow = float(model.overlap_slowdown())  # type: ignore[attr-defined]
+    arr, iters = _couple(client, builds, ghost_idx, member_idx, len(mem), say)
+    iterations = [iters]
+    if slow > 0:
+        stretched = [client.submit(S.stretch, b, arr[g], slow) for b, g in zip(builds, ghost_idx)]
+        flags = client.gather([client.submit(S.is_stretched, b) for b in stretched])
+        if any(flags):
+            builds = stretched
+            arr, iters = _couple(client, builds, ghost_idx, member_idx, len(mem), say,
+                                 stage="overlap")
+            iterations.append(iters)
+    t_replay = time.perf_counter() - t_start - t_ingest
+
+    # ---- write: partitions on the workers, small tables here -------------------------------
+    tmp = begin_run(dest, force)
+    try:
+        outs = [client.submit(S.finish, b, arr[g], str(tmp)) for b, g in zip(builds, ghost_idx)]
+        results: list[dict] = [None] * len(outs)  # type: ignore[list-item]
+        oidx = {f.key: i for i, f in enumerate(outs)}
+        for fut in as_completed(outs):
+            i = oidx[fut.key]
+            results[i] = fut.result()
+            r = facts[i]["ranks"]
+            say(f"wrote ranks {r[0]}-{r[-1]}" if r else "wrote an empty shard")
+        steps = _sorted(pa.concat_tables([r["steps"] for r in results]), ["rank", "step"])
+        summary = _sorted(pa.concat_tables([r["summary"] for r in results]), ["rank"])
+        members = pd.concat([r["members"].assign(member=member_idx[i][r["members"]["member"]])
+                             for i, r in enumerate(results)], ignore_index=True)
+        colls = _collectives(mem, members, t0)
+        notes = _notes([r["notes"] for r in results], colls.num_rows)
+        notes["coupling_iterations"] = iterations
+        full = dict(meta)
+        full["traces"] = [d for f in facts for d in f["files"]] or [{"path": str(trace)}]
+        full["warnings"] = [w for f in facts for w in f["warnings"]]
+        full.setdefault("assumptions", {})["model"] = notes
+        full["timings_s"] = {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)}
+        full["distributed"] = {"shards": len(chunks), "workers": nworkers,
+                               "coupling_iterations": iterations}
+        write_run({"steps": steps, "summary": summary, "collectives": colls}, dest, full,
+                  force=force, tmp=tmp)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return steps, full
+
+
+def _couple(client, builds, ghost_idx, member_idx, n, say, stage: str = "schedule"  # noqa: ANN001
+            ) -> tuple[np.ndarray, int]:
+    """Jacobi iteration of member arrivals from 0 (a lower bound) to the fixed point."""
+    arr = np.zeros(n)
+    for it in range(1, MAX_ITERATIONS):
+        futs = [client.submit(S.arrivals, b, arr[g]) for b, g in zip(builds, ghost_idx)]
+        new = arr.copy()
+        for m, a in zip(member_idx, client.gather(futs)):
+            new[m] = a
+        moved = int((new != arr).sum())
+        # times only grow (up to float noise from rescans starting at other positions)
+        assert it == 1 or (new >= arr - 1e-6).all(), "collective coupling is not monotone"
+        arr = new
+        say(f"{stage}: coupling iteration {it}, {moved} arrivals moved")
+        if moved == 0:
+            return arr, it
+    raise AssertionError("collective coupling does not converge")
+
+
+def _sorted(t: pa.Table, keys: list[str]) -> pa.Table:
+    o = np.lexsort([t.column(k).to_numpy() for k in reversed(keys)])
+    return t.take(pa.array(o))
+
+
+def _source(facts: list[dict], given: str | None) -> tuple[str | None, str]:
+    try:
+        from replay.hardware.source import resolve_source
+    except ImportError:
+        return None, ""
+
+    class _T:  # the files' device names, as `resolve_source` reads them
+        files = [type("F", (), {"device_properties": [{"name": d} for d in f["devices"]]})()
+                 for f in facts]
+
+    return resolve_source(_T(), given)
+
+
+def _collectives(mem: pd.DataFrame, members: pd.DataFrame, t0: float) -> pa.Table:
+    """`replay.run._collectives` over the members of all shards."""
+    rows: dict[str, list[object]] = {f.name: [] for f in schema.COLLECTIVES_SCHEMA}
+    if len(members):
+        d = members.merge(mem[["m", "pg", "seq"]], left_on="member", right_on="m")
+        d = d.sort_values(["pg", "seq", "rank"])
+        for (pg, seq), x in d.groupby(["pg", "seq"], sort=True):
+            late = x["ready"].to_numpy().argmax()
+            rows["pg"].append(str(pg))
+            rows["coll_seq"].append(int(seq))
+            rows["coll_op"].append(x["op"].iloc[0])
+            rows["step"].append(int(x["step"].iloc[0]))
+            rows["ranks"].append(int(x["rank"].nunique()))
+            rows["bytes"].append(float(x["bytes"].max()))
+            rows["first_arrival_us"].append(float(x["ready"].min()) + t0)
+            rows["last_arrival_us"].append(float(x["ready"].max()) + t0)
+            rows["skew_us"].append(float(x["ready"].max() - x["ready"].min()))
+            rows["late_rank"].append(int(x["rank"].iloc[late]))
+            rows["start_us"].append(float(x["start"].min()) + t0)
+            rows["end_us"].append(float(x["end"].max()) + t0)
+            rows["transfer_us"].append(float(x["transfer"].max()))
+            rows["queue_us"].append(float(x["queue"].max()))
+            rows["retry_us"].append(float(x["retry"].max()))
+    return pa.Table.from_pydict(rows, schema=schema.COLLECTIVES_SCHEMA)
+
+
+def _notes(parts: list[dict], matched: int) -> dict:
+    """Shard notes merged: counts summed, other values from the first shard."""
+    out = dict(parts[0]) if parts else {}
+    for k, v in out.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[k] = sum(int(p.get(k, 0)) for p in parts)
+    out["collectives_matched"] = matched
+    out["passes"] = max((int(p.get("passes", 0)) for p in parts), default=0)
+    return out

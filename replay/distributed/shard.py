@@ -1,0 +1,282 @@
+"""Worker side of a distributed replay: a shard is the ranks one task ingests and replays.
+
+A shard replays its own ranks plus one *ghost* event per (collective, remote rank) it shares a
+collective with: a host event alone on its own track, carrying the remote instance's measured
+start (so the transfer part costs the same as in one process) and, as its base time, the remote
+instance's current replayed arrival. The stock graph and scheduler then resolve each collective
+as ``max`` over all ranks' arrivals, exactly as in one process, and attribution names remote
+stragglers by the ghost's rank. A ghost anchor at the trace start keeps the time origin global.
+Nothing here imports Dask; every function is pure so a lost worker's tasks can be recomputed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from mtia_trace import schema
+from replay.graph import Graph, build_graph
+
+GHOST = "~ghost"
+#: Columns of the per-member table a shard reports (chosen instance of a collective per rank).
+MEMBER_COLS = ("pg", "seq", "rank", "id", "ts", "step")
+
+
+@dataclass
+class Ingested:
+    events: pa.Table          # the shard's ranks, local event ids
+    files: list[dict]
+    warnings: list[str]
+    ranks: list[int]
+    rows: dict[int, int]      # rows per rank
+    start: dict[int, int]     # first local row per rank
+    t0: float                 # earliest ts (inf when empty)
+    members: pd.DataFrame     # MEMBER_COLS: chosen collective instances of the shard's ranks
+    devices: list[str]
+
+
+def ingest(paths: list[str]) -> Ingested:
+    """Read the shard's trace files and find its collective instances."""
+    from mtia_trace.cli.replay_cmd import _files
+    from mtia_trace.ingest import load
+
+    tr = load([Path(p) for p in paths])
+    ev = tr.events
+    rank = ev.column("rank").to_numpy()
+    ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
+    devices = [str(p.get("name")) for f in tr.files for p in (f.device_properties or [])
+               if isinstance(p, dict) and p.get("name")]
+    return Ingested(events=ev, files=_files(tr), warnings=[str(w) for w in tr.warnings],
+                    ranks=ranks.tolist(), rows=dict(zip(ranks.tolist(), counts.tolist())),
+                    start=dict(zip(ranks.tolist(), first.tolist())),
+                    t0=float(ev.column("ts_us").to_numpy().min()) if ev.num_rows else np.inf,
+                    members=_members(ev), devices=devices)
+
+
+def facts(ing: Ingested) -> dict:
+    """What the driver needs from a shard (small): everything but the events."""
+    return {f.name: getattr(ing, f.name) for f in dataclasses.fields(ing) if f.name != "events"}
+
+
+def _ghost_rows(ranks: np.ndarray, ts: np.ndarray, step: np.ndarray, pg: list, seq: np.ndarray,
+                kind: str, tag: str = "") -> pa.Table:
+    n = len(ranks)
+    return schema.from_columns({
+        "rank": ranks.astype(np.int32), "event_id": np.zeros(n, dtype=np.int64),
+        "name": [GHOST] * n, "kind": [kind] * n, "ph": ["X"] * n,
+        "track": [f"{GHOST}{tag}:{i}" for i in range(n)], "is_device": np.zeros(n, dtype=bool),
+        "ts_us": ts.astype(np.float64), "dur_us": np.zeros(n), "step": step.astype(np.int32),
+        "pg": pg, "coll_seq": seq.astype(np.int64),
+    }, schema.EVENTS_SCHEMA)
+
+
+def _members(ev: pa.Table) -> pd.DataFrame:
+    """The instance the graph couples per (pg, seq, rank): found by the graph builder itself,
+    with one ghost peer per collective so that every local collective matches."""
+    if not ev.num_rows:
+        return pd.DataFrame({c: [] for c in MEMBER_COLS})
+    pg = ev.column("pg").to_numpy(zero_copy_only=False)
+    seq = ev.column("coll_seq").to_numpy()
+    ok = (seq >= 0) & ev.column("pg").is_valid().to_numpy(zero_copy_only=False)
+    keys = pd.DataFrame({"pg": pg[ok], "seq": seq[ok]}).drop_duplicates()
+    t0 = float(ev.column("ts_us").to_numpy().min())
+    k = len(keys)
+    peers = _ghost_rows(np.full(k, -1), np.full(k, t0), np.full(k, -1), keys["pg"].tolist(),
+                        keys["seq"].to_numpy(), "collective")
+    both = pa.concat_tables([peers, ev])  # rank -1 sorts first
+    g = build_graph(both)
+    ids = np.flatnonzero(g.coll_group[k:] >= 0)
+    col = lambda c: ev.column(c).take(pa.array(ids)).to_numpy(zero_copy_only=False)  # noqa: E731
+    return pd.DataFrame({"pg": col("pg").astype(str), "seq": col("coll_seq"), "rank": col("rank"),
+                         "id": ids, "ts": col("ts_us"), "step": col("step")})
+
+
+@dataclass
+class Shard:
+    """A shard's events with ghosts, graph and costs, ready to schedule."""
+
+    events: pa.Table          # local + ghost rows, sorted by rank (ids = row positions)
+    local: np.ndarray         # bool per row
+    global_id: np.ndarray     # per row: event id in the single-process table (-1 anchor)
+    ranks: list[int]
+    g: Graph
+    comps: dict[str, np.ndarray]
+    dur: np.ndarray
+    resource: np.ndarray
+    capacity: np.ndarray
+    notes: dict
+    ghost_pts: np.ndarray     # start points of the ghosts, in the driver's ghost order
+    member_pts: np.ndarray    # start points of local members, in the driver's member order
+    stretched: bool = False
+
+
+def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: dict[int, int],
+          anchor: tuple[int, float] | None, model: object, source: tuple[str | None, str]
+          ) -> Shard:
+    """Insert ghosts (columns rank, ts, step, pg, seq, gid) and the anchor, build and cost."""
+    from replay.costs import COMPONENTS
+    from replay.run import _costing_input
+
+    ev = ing.events
+    n_loc = ev.num_rows
+    gh = _ghost_rows(ghosts["rank"].to_numpy(), ghosts["ts"].to_numpy(),
+                     ghosts["step"].to_numpy(), ghosts["pg"].tolist(), ghosts["seq"].to_numpy(),
+                     "collective")
+    parts = [ev.select(schema.EVENTS_SCHEMA.names).cast(schema.EVENTS_SCHEMA), gh]
+    ghost_gid = ghosts["gid"].to_numpy().astype(np.int64)
+    if anchor is not None:
+        parts.append(_ghost_rows(np.array([anchor[0]]), np.array([anchor[1]]), np.array([-1]),
+                                 [None], np.array([-1]), "other", tag="-t0"))
+        ghost_gid = np.append(ghost_gid, -1)
+    allev = pa.concat_tables(parts)
+    rank = allev.column("rank").to_numpy()
+    order = np.argsort(rank, kind="stable")  # ghosts join their rank's block; local order kept
+    new_of = np.empty(len(order), dtype=np.int64)
+    new_of[order] = np.arange(len(order))
+    allev = allev.take(pa.array(order))
+    local = order < n_loc
+    # row-index columns follow the new positions
+    cols = {}
+    for c in ("parent_id", "launch_id"):
+        v = allev.column(c).to_numpy().astype(np.int64)
+        cols[c] = np.where(v >= 0, new_of[np.maximum(v, 0)], -1)
+    cols["event_id"] = np.arange(len(order), dtype=np.int64)
+    for c, v in cols.items():
+        i = allev.schema.get_field_index(c)
+        allev = allev.set_column(i, allev.schema.field(i), pa.array(v, type=pa.int64()))
+    if source[0] or source[1]:
+        from replay.hardware.source import tag_source
+
+        allev = tag_source(allev, source[0], source[1])
+    loc_rank = rank[order]
+    gid = np.empty(len(order), dtype=np.int64)
+    old = order[local]
+    start = np.array([ing.start[r] for r in loc_rank[local]])
+    gid[local] = np.array([offsets[r] for r in loc_rank[local]]) + old - start
+    gid[~local] = ghost_gid[order[~local] - n_loc]
+
+    g = build_graph(allev)
+    costs = model.cost(_costing_input(allev, g))  # type: ignore[attr-defined]
+    comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64).copy() for c in COMPONENTS}
+    for c in comps:
+        comps[c][~local] = 0.0
+    resource = np.asarray(costs.resource).copy()
+    if len(resource):
+        resource[~local] = -1
+    notes = dict(g.notes)
+    notes.update(costs.notes)
+    n_gh = len(ghosts)
+    return Shard(events=allev, local=local, global_id=gid, ranks=list(ing.ranks), g=g,
+                 comps=comps, dur=sum(comps.values()), resource=resource,
+                 capacity=np.asarray(costs.resource_capacity), notes=notes,
+                 ghost_pts=2 * new_of[n_loc:n_loc + n_gh],
+                 member_pts=2 * new_of[np.asarray(member_ids, dtype=np.int64)])
+
+
+def _schedule(sh: Shard, arrivals: np.ndarray):  # noqa: ANN202
+    from replay.scheduler import schedule
+
+    base = sh.g.base.copy()
+    base[sh.ghost_pts] = arrivals
+    g = dataclasses.replace(sh.g, base=base)
+    return g, schedule(g, sh.dur, sh.resource, sh.capacity)
+
+
+def arrivals(sh: Shard, ghost_arrivals: np.ndarray) -> np.ndarray:
+    """Arrival (own ready time) of each local member given the remote members' arrivals."""
+    _g, s = _schedule(sh, ghost_arrivals)
+    return s.ready[sh.member_pts]
+
+
+def stretch(sh: Shard, ghost_arrivals: np.ndarray, slow: float) -> Shard:
+    """The overlap-slowdown correction of `replay.run.replay_events` on the converged schedule."""
+    from replay.graph import _is_in
+    from replay.run import COMPUTE_KINDS, _overlap_fraction
+
+    _g, s = _schedule(sh, ghost_arrivals)
+    frac = _overlap_fraction(sh.events, s.T[0::2], s.T[1::2])
+    m = _is_in(sh.events, "kind", COMPUTE_KINDS) & (frac > 0) & sh.local
+    if not m.any():
+        return sh
+    comps = dict(sh.comps)
+    comps["compute"] = comps["compute"] * (1.0 + slow * frac * m)
+    return dataclasses.replace(sh, comps=comps, dur=sum(comps.values()), stretched=True)
+
+
+def is_stretched(sh: Shard) -> bool:
+    return sh.stretched
+
+
+def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
+    """Attribute, write the events and edges partitions of the shard's ranks into the run being
+    built at ``tmp``; return the small tables (steps, summary, member rows) and notes."""
+    from mtia_trace.storage import partition_path, write_partition
+    from replay.attribution import attribute_steps, check_attribution, summarize
+    from replay.critical_path import mark_critical, path_tables
+    from replay.run import _replayed_events
+
+    g, s = _schedule(sh, ghost_arrivals)
+    ev = sh.events
+    pt = path_tables(g, s, sh.comps)
+    steps, walks = attribute_steps(ev, g, s, pt)
+    crit = mark_critical(g, walks)
+    out = _replayed_events(ev, g, s, sh.comps, crit)
+    summary = summarize(ev, g, s, sh.comps, steps)
+    mine = np.asarray(sh.ranks, dtype=np.int32)
+    steps = steps.filter(pa.array(np.isin(steps.column("rank").to_numpy(), mine)))
+    check_attribution(steps)
+    summary = summary.filter(pa.array(np.isin(summary.column("rank").to_numpy(), mine)))
+
+    gid = sh.global_id
+    remap = lambda v: np.where(v >= 0, gid[np.maximum(v, 0)], -1)  # noqa: E731
+    for c in ("event_id", "parent_id", "launch_id", "bound_src"):
+        i = out.schema.get_field_index(c)
+        out = out.set_column(i, out.schema.field(i),
+                             pa.array(remap(out.column(c).to_numpy()), type=pa.int64()))
+    out = out.filter(pa.array(sh.local))
+    rank = ev.column("rank").to_numpy()
+    for r in sh.ranks:
+        part = out.filter(pa.array(out.column("rank").to_numpy() == r))
+        write_partition("events", part, partition_path(Path(tmp), "events", r))
+
+    # edges: own-rank edges, and collective edges whose non-first member is local
+    e = g.edges
+    src, dst = e.column("src").to_numpy(), e.column("dst").to_numpy()
+    coll = (e.column("type").to_numpy(zero_copy_only=False) == "collective")
+    first = np.zeros(g.n, dtype=bool)
+    mem = np.flatnonzero(g.coll_group >= 0)
+    if len(mem):
+        grp = g.coll_group[mem]
+        lo = np.full(int(grp.max()) + 1, np.iinfo(np.int64).max)
+        np.minimum.at(lo, grp, rank[mem])
+        first[mem[rank[mem] == lo[grp]]] = True
+    other = np.where(coll & first[dst], src, dst)
+    keep = np.where(coll, sh.local[other], sh.local[src])
+    owner = np.where(coll, rank[other], rank[src])[keep]
+    edges = e.filter(pa.array(keep))
+    edges = edges.set_column(0, edges.schema.field(0), pa.array(gid[src[keep]], type=pa.int64()))
+    edges = edges.set_column(1, edges.schema.field(1), pa.array(gid[dst[keep]], type=pa.int64()))
+    for r in sh.ranks:
+        write_partition("edges", edges.filter(pa.array(owner == r)),
+                        partition_path(Path(tmp), "edges", r))
+
+    m = np.flatnonzero(sh.local[sh.member_pts // 2])
+    ids = sh.member_pts[m] // 2
+    members = pd.DataFrame({
+        "member": m, "rank": rank[ids],
+        "op": ev.column("coll_op").take(pa.array(ids)).to_numpy(zero_copy_only=False),
+        "step": ev.column("step").take(pa.array(ids)).to_numpy(),
+        "bytes": ev.column("coll_bytes_in").take(pa.array(ids)).to_numpy(),
+        "ready": s.ready[2 * ids], "start": s.T[2 * ids], "end": s.T[2 * ids + 1],
+        "transfer": (sh.comps["collective"] + sh.comps["fetch"])[ids],
+        "queue": s.queue[ids], "retry": sh.comps["retry"][ids],
+    })
+    notes = dict(sh.notes)
+    notes["passes"] = s.passes
+    return {"steps": steps, "summary": summary, "members": members, "notes": notes,
+            "t0": g.t0, "events": int(sh.local.sum())}
