@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from mtia_trace import schema
 from replay.critical_path import CAT, NCAT, PathTables, Walk, walk
-from replay.graph import Graph
+from replay.graph import EDGE_CODE, Graph
 from replay.scheduler import Schedule
 
 REL_TOL = 1e-6
@@ -71,8 +71,13 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
             continue
         seen.add(key)
         out.append((key[0], n, float(start[i]), float(end[i]), 2 * i + 1, float(dur[i])))
+    # without a step annotation the window spans the step's work: the profiler's own spans
+    # and annotations (``PyTorch Profiler (0)``, ``[param|...]``) do not stretch it
+    passive = passive_events(events)
     for r in np.unique(rank).tolist():
         mine = rank == r
+        if (mine & ~passive).any():
+            mine &= ~passive
         steps_r = np.unique(step[mine])
         has_steps = (steps_r >= 0).any()
         for st in steps_r.tolist():
@@ -85,6 +90,13 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
                         2 * int(last) + 1, meas))
     out.sort()
     return out
+
+
+def passive_events(events: pa.Table) -> np.ndarray:
+    """Annotations and instants: they mark time, they are not work."""
+    from replay.graph import _is_in
+
+    return _is_in(events, "kind", ["annotation", "instant"])
 
 
 def attribute_steps(events: pa.Table, g: Graph, s: Schedule, pt: PathTables
@@ -122,21 +134,43 @@ def attribute_steps(events: pa.Table, g: Graph, s: Schedule, pt: PathTables
 
 def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
               steps: pa.Table) -> pa.Table:
-    """Busy (leaf events, overlapped or not) vs exposed (critical-path) time per rank/component."""
+    """Busy (overlapped or not) vs exposed (critical-path) time per rank and component.
+
+    Busy counts what the walk can expose: leaf work by component, plus for ``host`` the host
+    threads' measured gaps and self time (chain lags off leaves) and the launch latencies of the
+    rank's device events, for ``collective`` the waits for peers; ``queue`` the time spent waiting
+    for pools; ``idle`` is not busy.
+    """
     rank = events.column("rank").to_numpy()
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    passive = passive_events(events)
+    # tracks holding only annotations / instants (the profiler's own spans) are not work
+    ntr = len(g.track_ptr) - 1
+    tr_pos = np.repeat(np.arange(ntr), np.diff(g.track_ptr))
+    act = np.bincount(tr_pos, weights=~passive[g.order // 2], minlength=ntr) > 0
+    live = act[tr_pos]
     leaf = np.zeros(g.n, dtype=bool)
-    leaf[g.order[g.leaf_end] // 2] = True
-    leaf |= is_dev
-    ranks = np.unique(rank)
+    leaf[g.order[g.leaf_end & live] // 2] = True
+    leaf |= is_dev & ~passive
+    dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
+    gaps = (~dev_pos) & ~g.leaf_end & live
+    nr = int(rank.max()) + 1 if len(rank) else 0
+    host_gap = np.bincount(rank[g.order[gaps] // 2], weights=s.w[gaps], minlength=nr)
+    launched = (g.etype == EDGE_CODE["launch"])
+    lr = rank[g.dst_pt[launched] // 2]
+    launch_lag = np.bincount(lr, weights=g.lag[launched], minlength=nr) if len(lr) else np.zeros(nr)
     srank = steps.column("rank").to_numpy()
     rows: dict[str, list[object]] = {f.name: [] for f in schema.SUMMARY_SCHEMA}
-    for r in ranks.tolist():  # ranks: few
+    for r in np.unique(rank).tolist():  # ranks: few
         mine = (rank == r) & leaf
         sel = srank == r
         for a in schema.ATTRIBUTION:
             if a in comps:
                 busy = float(comps[a][mine].sum())
+                if a == "host":
+                    busy += float(host_gap[r] + launch_lag[r])
+                elif a == "collective":
+                    busy += float(s.coll_wait[rank == r].sum())
             elif a == "queue":
                 busy = float(s.queue[rank == r].sum())
             else:
@@ -149,5 +183,5 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
     return pa.Table.from_pydict(rows, schema=schema.SUMMARY_SCHEMA)
 
 
-__all__ = ["check_attribution", "attribute_steps", "summarize", "step_windows",
+__all__ = ["check_attribution", "attribute_steps", "summarize", "step_windows", "passive_events",
            "AttributionError", "NCAT"]

@@ -39,6 +39,8 @@ class PathTables:
     frac: np.ndarray        # (NCAT, n): per-event cost split (fractions summing to 1)
     run_start: np.ndarray   # per position: the last position <= it that is not chain-bound
     tpos: np.ndarray        # per position: time
+    dev_pos: np.ndarray     # per position: on a stream-like (device / worker) track
+    own: np.ndarray         # per position: an end point reached by its event's own duration
 
 
 def _event_fractions(comps: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -74,14 +76,16 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     np.cumsum(contrib, axis=1, out=cum[:, 1:])
     idx = np.where(~pure, np.arange(npos), 0)
     run_start = np.maximum.accumulate(idx) if npos else idx
-    return PathTables(contrib=contrib, cum=cum, frac=frac, run_start=run_start, tpos=tpos)
+    return PathTables(contrib=contrib, cum=cum, frac=frac, run_start=run_start, tpos=tpos,
+                      dev_pos=dev_pos, own=own)
 
 
-def _edge_category(g: Graph, bound: int, p: int) -> int:
+def _edge_category(bound: int, on_device: bool) -> int:
+    """Launch latency and a host wait's return latency are host; a device-side wait's lag idle."""
     if bound == EDGE_CODE["launch"]:
         return CAT["host"]
     if bound == EDGE_CODE["sync"]:
-        return CAT["host"] if p % 2 == 1 else CAT["idle"]
+        return CAT["idle"] if on_device else CAT["host"]
     return CAT["idle"]
 
 
@@ -91,7 +95,7 @@ class Walk:
     coll_wait: float
     late_wait: dict[int, float]  # late event id -> wait it caused
     ranges: list[tuple[int, int]]  # position ranges [lo, hi] on the path
-    points: list[int]         # single points on the path (cross-track hops)
+    points: list[int]         # end points whose own duration the path crosses outside ranges
 
 
 def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
@@ -126,7 +130,6 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
                 parts += pt.contrib[:, j] * ((pt.tpos[j] - ws) / seg)
             ranges.append((j, k))
             break
-        points.append(p)
         t = T[p]
         # queueing for a resource, then waiting for peers, then the own binding
         if b == BOUND_RESOURCE or t > peer[p]:
@@ -153,9 +156,10 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             prev_t = pt.tpos[k - 1]
             lo = max(prev_t, ws)
             ev = p // 2
-            dev = bool(g.track_is_device[np.searchsorted(g.track_ptr, k, side="right") - 1])
-            if p % 2 == 1 and (dev or g.leaf_end[k]):
+            dev = bool(pt.dev_pos[k])
+            if pt.own[k]:
                 parts += pt.frac[:, ev] * (t - lo)
+                points.append(p)
             else:
                 parts[CAT["idle"] if dev else CAT["host"]] += t - lo
             p = int(g.order[k - 1])
@@ -164,39 +168,29 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             parts[CAT["idle"]] += t - ws
             break
         lo = max(T[src], ws)
-        parts[_edge_category(g, ob, p)] += t - lo
+        parts[_edge_category(ob, bool(pt.dev_pos[k]))] += t - lo
         p = src
     return Walk(parts=parts, coll_wait=cw, late_wait=late, ranges=ranges, points=points)
 
 
-def mark_critical(g: Graph, walks: list[Walk]) -> np.ndarray:
-    """Per event: true when one of its points lies on one of the walked paths."""
+def mark_critical(g: Graph, walks: list[Walk], passive: np.ndarray | None = None) -> np.ndarray:
+    """Per event: true when a walked path crosses the event's own duration (its end point is on
+    the path and reached from its start). Containers and ``passive`` events (annotations,
+    instants) are never critical."""
     npos = len(g.order)
     diff = np.zeros(npos + 1, dtype=np.int64)
     for w in walks:
         for lo, hi in w.ranges:
             diff[lo] += 1
             diff[hi + 1] -= 1
-    on = np.cumsum(diff[:-1]) > 0
+    dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
+    own = g.leaf_end | (dev_pos & (g.order % 2 == 1))
+    on = (np.cumsum(diff[:-1]) > 0) & own
     crit = np.zeros(g.n, dtype=bool)
     crit[g.order[on] // 2] = True
     for w in walks:
         if w.points:
             crit[np.asarray(w.points) // 2] = True
+    if passive is not None:
+        crit &= ~passive
     return crit
-
-
-def run_critical_path(g: Graph, s: Schedule) -> np.ndarray:
-    """Event ids on the run's critical path, last first: from the latest end across all ranks,
-    following each point's binding (crossing ranks at the last arrival of a collective)."""
-    if g.n == 0:
-        return np.zeros(0, dtype=np.int64)
-    p = int(np.argmax(s.T))
-    out: list[int] = []
-    for _ in range(len(s.T) + 1):
-        if p < 0:
-            break
-        if not out or out[-1] != p // 2:
-            out.append(p // 2)
-        p = int(s.bound_src[p])
-    return np.asarray(out, dtype=np.int64)

@@ -427,14 +427,12 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         ptr.append(ptr[-1] + len(pts))
     # device annotations: one passive track each, kept at their measured place
     marks = np.flatnonzero(dev_marker)
-    for i in marks.tolist():
-        order_parts.append(np.array([2 * i, 2 * i + 1], dtype=np.int64))
-        ptr.append(ptr[-1] + 2)
-        chain_dev.append(False)
-    tr_dev = np.asarray(chain_dev, dtype=bool)
-    ntr = len(chain_dev)
-    order = np.concatenate(order_parts) if order_parts else np.zeros(0, dtype=np.int64)
-    track_ptr = np.asarray(ptr, dtype=np.int64)
+    order_parts.append(np.stack([2 * marks, 2 * marks + 1], axis=1).reshape(-1))
+    ptr_a = np.concatenate([np.asarray(ptr, dtype=np.int64), ptr[-1] + 2 * np.arange(1, len(marks) + 1)])
+    tr_dev = np.concatenate([np.asarray(chain_dev, dtype=bool), np.zeros(len(marks), dtype=bool)])
+    ntr = len(tr_dev)
+    order = np.concatenate(order_parts).astype(np.int64)
+    track_ptr = ptr_a
     ptime = np.empty(2 * n)
     ptime[0::2] = ts
     ptime[1::2] = end
@@ -475,17 +473,13 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         notes["collective_waits"] = int(len(wsrc))
 
     base = np.full(2 * n, -np.inf)
-    rank_t0 = {}
-    for r in np.unique(rank).tolist():
-        rank_t0[r] = float(ts[rank == r].min())
-    for t in range(ntr):
-        if track_ptr[t] == track_ptr[t + 1]:
-            continue
-        p = order[track_ptr[t]]
-        if tr_dev[t]:
-            base[p] = rank_t0[int(rank[p // 2])]
-        else:
-            base[p] = ptime[p]
+    if n:
+        ur, rinv = np.unique(rank, return_inverse=True)
+        rank_t0 = np.full(len(ur), np.inf)
+        np.minimum.at(rank_t0, rinv, ts)
+        nonempty = np.flatnonzero(track_ptr[1:] > track_ptr[:-1])
+        fp = order[track_ptr[nonempty]]
+        base[fp] = np.where(tr_dev[nonempty], rank_t0[rinv[fp // 2]], ptime[fp])
 
     # ---- the stored edges table --------------------------------------------------------------
     tab_src = [src_pt // 2]

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from mtia_trace import schema
-from replay.attribution import attribute_steps, check_attribution, summarize
+from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import Graph, _is_in, build_graph
@@ -70,13 +70,22 @@ def _overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> n
 
 def replay_events(events: pa.Table, model: CostModel | None = None, *,
                   progress: Callable[[str], None] | None = None,
-                  max_ready_lag_us: float | None = None) -> ReplayResult:
-    """Replay ``events`` (schema.EVENTS_SCHEMA) on ``model`` (default: as measured)."""
+                  max_ready_lag_us: float | None = None, graph: Graph | None = None) -> ReplayResult:
+    """Replay ``events`` (schema.EVENTS_SCHEMA) on ``model`` (default: as measured).
+
+    ``graph``: the prebuilt `build_graph(events)` (a sweep replays one trace many times); it
+    depends only on the events, never on the model.
+    """
     model = model or AsMeasured()
     say = progress or (lambda _msg: None)
-    kw = {} if max_ready_lag_us is None else {"max_ready_lag_us": max_ready_lag_us}
-    say("building dependency graph")
-    g = build_graph(events, **kw)  # type: ignore[arg-type]
+    if graph is None:
+        kw = {} if max_ready_lag_us is None else {"max_ready_lag_us": max_ready_lag_us}
+        say("building dependency graph")
+        g = build_graph(events, **kw)  # type: ignore[arg-type]
+    else:
+        if graph.n != events.num_rows:
+            raise ValueError(f"graph has {graph.n} events, the table {events.num_rows}")
+        g = graph
     say("costing")
     costs: EventCosts = model.cost(_costing_input(events, g))
     comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64) for c in COMPONENTS}
@@ -95,7 +104,7 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     pt = path_tables(g, s, comps)
     steps, walks = attribute_steps(events, g, s, pt)
     check_attribution(steps)
-    crit = mark_critical(g, walks)
+    crit = mark_critical(g, walks, passive_events(events))
     out_events = _replayed_events(events, g, s, comps, crit)
     collectives = _collectives(events, g, s, comps)
     summary = summarize(events, g, s, comps, steps)

@@ -60,6 +60,7 @@ def sweep(events: pa.Table, hw: str, axes: list[tuple[str, list[str]]],
           loss_rate: float = 0.0, seed: int = 0,
           progress: Callable[[str], None] | None = None) -> pa.Table:
     """Replay ``events`` at every grid point; returns one row per point."""
+    from replay.graph import build_graph
     from replay.run import replay_events
 
     base = list(base_overrides or [])
@@ -68,10 +69,12 @@ def sweep(events: pa.Table, hw: str, axes: list[tuple[str, list[str]]],
     rows: dict[str, list] = {"point": [], "hw": []}
     for k, _ in axes:
         rows[k] = []
+    graph = build_graph(events)  # the graph depends on the trace only: built once per sweep
     for i, (p, spec) in enumerate(zip(points, specs)):
         if progress:
             progress(f"point {i + 1}/{len(points)}: {' '.join(p) or '(base spec)'}")
-        result = replay_events(events, model_for(spec, mode=mode, loss_rate=loss_rate, seed=seed))
+        result = replay_events(events, model_for(spec, mode=mode, loss_rate=loss_rate, seed=seed),
+                               graph=graph)
         rows["point"].append(i)
         rows["hw"].append(spec.name)
         for (k, _), item in zip(axes, p):
