@@ -15,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-SAMPLE = "sample_traces/synth/dcnv2_train_2rank"
 
 
 def _generate():
@@ -89,31 +88,29 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_quickstart_shell_blocks_run(tmp_path: Path) -> None:
-    """Every ```sh block, in order, in a fresh directory holding the bundled samples. The
-    ```sh install block (venv + pip) is what CI itself runs before the tests; it is checked
-    for the editable install only."""
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh directory holding the bundled samples in which every ```sh block of the
+    quickstart ran, in order (the ```sh install block, venv + pip, is what CI itself runs
+    before the tests; it is only checked for the editable install)."""
     blocks = _blocks(DOCS / "quickstart.md")
     install = [b for info, b in blocks if info == "sh install"]
     assert len(install) == 1 and "pip install -e" in install[0]
     runnable = [b for info, b in blocks if info == "sh"]
     assert len(runnable) >= 4
-    shutil.copytree(ROOT / "sample_traces", tmp_path / "sample_traces")
+    cwd = tmp_path_factory.mktemp("quickstart")
+    shutil.copytree(ROOT / "sample_traces", cwd / "sample_traces")
     for body in runnable:
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=tmp_path,
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=cwd,
                               env=_env(), capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, f"quickstart block failed:\n{body}\n{proc.stdout}\n{proc.stderr}"
-    assert (tmp_path / "report.html").stat().st_size > 10_000
+    return cwd
 
 
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("docs") / "run"
-    proc = subprocess.run(["mtia-trace", "replay", str(ROOT / SAMPLE), "--hw", "mtia300",
-                           "--loss-rate", "0.01", "--out", str(out), "-q"],
-                          env=_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return out
+def test_quickstart_shell_blocks_run(quickstart: Path) -> None:
+    assert (quickstart / "report.html").stat().st_size > 10_000
+    assert sorted(p.name for p in (quickstart / "runs" / "quick").iterdir()) == [
+        "dcnv2_train_2rank-h100", "dcnv2_train_2rank-mtia300"]
 
 
 def test_sql_cookbook_lists_the_queries() -> None:
@@ -127,14 +124,16 @@ def test_sql_cookbook_lists_the_queries() -> None:
 
 @pytest.mark.parametrize("title,sql", [(t, q) for t, _, q in gen.QUERIES],
                          ids=[f"q{i}" for i in range(1, len(gen.QUERIES) + 1)])
-def test_sql_cookbook_query_runs(sample_run: Path, title: str, sql: str) -> None:
+def test_sql_cookbook_query_runs(quickstart: Path, title: str, sql: str) -> None:
+    """Each query over the quickstart's two runs (h100 and mtia300 replays of the sample)."""
     from mtia_trace.runs import connect, query
 
-    table = query(connect([sample_run]), sql)
+    runs = quickstart / "runs" / "quick"
+    table = query(connect([runs]), sql)
     assert table.num_columns >= 2
     if title == "The exact-sum invariant":
         assert table.num_rows == 0, table.to_pylist()[:3]
-        steps = query(connect([sample_run]), "SELECT count(*) AS n FROM steps")
+        steps = query(connect([runs]), "SELECT count(*) AS n FROM steps")
         assert steps.column("n")[0].as_py() > 0
     else:
         assert table.num_rows > 0, f"{title}: no rows on the bundled sample"
