@@ -181,3 +181,35 @@ def test_tbe_bytes_from_shapes(tmp_path: Path) -> None:
     assert tbe["bytes_written"] == pytest.approx(4 * 96 * 2)
     assert tbe["flops"] == pytest.approx(40 * dim)
     assert tbe["dtype"] == "c10::Half"
+
+
+def _mtia(name: str, tid: int, ts: float, dur: float, **args: object) -> dict:
+    return {"ph": "X", "cat": "mtia_ccp_events", "name": name, "pid": 9, "tid": tid, "ts": ts,
+            "dur": dur, "args": args}
+
+
+def test_mtia_job_dmas_and_event_waits_link(tmp_path: Path) -> None:
+    """Descriptor DMA bursts take their job's launch; event_wait finds its record by seq_num."""
+    run = {"ph": "X", "cat": "mtia_runtime", "name": "runFunction - job_prep_and_submit_for_execution",
+           "pid": 1, "tid": 1, "ts": 0, "dur": 30, "args": {"correlation": 7}}
+    events = [
+        run,
+        _mtia("dma_request", 4, 1, 5, stream=1, packet_ptr=300, size=4096, direction="DEVICE_TO_HOST"),
+        _mtia("dma_request", 4, 10, 5, stream=1, packet_ptr=112, size=1068, direction="HOST_TO_DEVICE"),
+        _mtia("dma_request", 4, 12, 5, stream=1, packet_ptr=112, size=784, direction="HOST_TO_DEVICE"),
+        _mtia("fc-dtype_Float", 4, 20, 50, stream=1, correlation=7),
+        {"ph": "X", "cat": "mtia_runtime", "name": "recordEvent", "pid": 1, "tid": 1, "ts": 40,
+         "dur": 1, "args": {"correlation": 8}},
+        _mtia("event_record", 4, 71, 0.2, stream=1, seq_num=55, correlation=8),
+        _mtia("event_wait", 5, 60, 15, stream=2, wait_on_stream=1, seq_num=55),
+    ]
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    t = load(p).events.to_pandas()
+    dma = t[t.name == "dma_request"].sort_values("ts_us")
+    assert dma.launch_id.tolist()[0] == -1              # bulk copy: nothing names its host call
+    assert (t.name[dma.launch_id.tolist()[1:]] == run["name"]).all()
+    assert dma.correlation.tolist() == [-1, 7, 7]
+    assert dma.bytes_read.tolist() == [4096, 1068, 784]
+    wait = t[t.name == "event_wait"].iloc[0]
+    assert (wait.sync_stream, wait.sync_corr) == (1, 8)

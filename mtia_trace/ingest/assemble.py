@@ -120,6 +120,68 @@ def _launches(cols: dict[str, Any]) -> np.ndarray:
     return launch
 
 
+def _link_job_dmas(cols: dict[str, Any], args: np.ndarray) -> None:
+    """MTIA: link the job-descriptor DMA requests to the runtime call that launched their job.
+
+    MTIA `dma_request` events carry no correlation id. On each queue, the firmware fetches a
+    job's descriptors as a burst of host-to-device DMA requests sharing one `packet_ptr`
+    immediately before the job's kernel; those take the kernel's launch and correlation.
+    Other DMA requests (bulk data copies between jobs, the DMA_REQUEST queue) record nothing
+    that names a host call — `k_work_ptr` is a recycled ring-buffer slot — and stay unlinked.
+    """
+    rows = np.flatnonzero(cols["is_device"] & (cols["cat"] == "mtia_ccp_events"))
+    if not len(rows):
+        return
+    is_dma = cols["name"][rows] == "dma_request"
+    if not is_dma.any():
+        return
+    pk = np.array([-1 if a is None or a.packet_ptr is None else a.packet_ptr
+                   for a in args[rows].tolist()], dtype=np.int64)
+    tcode, rank = cols["_tcode"][rows], cols["rank"][rows]
+    same_next = np.r_[(tcode[1:] == tcode[:-1]) & (rank[1:] == rank[:-1]), False]
+    owner = np.full(len(rows), -1, dtype=np.int64)   # row position of the kernel a DMA feeds
+    for j in range(len(rows) - 2, -1, -1):
+        if not is_dma[j] or pk[j] < 0 or not same_next[j]:
+            continue
+        if not is_dma[j + 1]:
+            owner[j] = j + 1
+        elif owner[j + 1] >= 0 and pk[j + 1] == pk[j]:
+            owner[j] = owner[j + 1]
+    dma = np.flatnonzero(owner >= 0)
+    kern = rows[owner[dma]]
+    dma = rows[dma]
+    launch, corr = cols["launch_id"], cols["correlation"]
+    ok = (launch[kern] >= 0) & (launch[dma] < 0)
+    launch[dma[ok]] = launch[kern[ok]]
+    corr[dma[ok]] = corr[kern[ok]]
+
+
+def _mtia_wait_corr(cols: dict[str, Any], args: np.ndarray, sync_corr: np.ndarray) -> None:
+    """MTIA `event_wait` -> the `event_record` it waits for: same `seq_num` on `wait_on_stream`.
+
+    The wait gets the record's correlation id (records without one stay unlinked).
+    """
+    name, is_dev, rank, device = cols["name"], cols["is_device"], cols["rank"], cols["device"]
+    recs = np.flatnonzero(is_dev & (name == "event_record") & (cols["correlation"] >= 0))
+    waits = np.flatnonzero(is_dev & (name == "event_wait") & (sync_corr < 0))
+    if not len(recs) or not len(waits):
+        return
+    by_key = {}
+    for i in recs.tolist():
+        a = args[i]
+        if a is not None and a.seq_num is not None:
+            by_key[(int(rank[i]), int(device[i]), int(cols["stream"][i]), a.seq_num)] = cols["correlation"][i]
+    for i in waits.tolist():
+        a = args[i]
+        if a is not None and a.seq_num is not None and a.wait_on_stream is not None:
+            c = by_key.get((int(rank[i]), int(device[i]), a.wait_on_stream, a.seq_num))
+            if c is not None:
+                sync_corr[i] = c
+                h = cols["launch_id"][i]
+                if h >= 0:
+                    sync_corr[h] = c
+
+
 def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     kind, name, is_dev, launch = cols["kind"], cols["name"], cols["is_device"], cols["launch_id"]
     n = len(kind)
@@ -144,6 +206,7 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
         h = launch[i]
         if h >= 0:
             sync_stream[h], sync_corr[h] = sync_stream[i], sync_corr[i]
+    _mtia_wait_corr(cols, args, sync_corr)
     host_rt = (kind == "runtime") & ~is_dev
     sync_stream[host_rt & _name_mask(cols, _DEVICE_SYNC.match)] = -2
     stream_sync = _name_mask(cols, lambda s: bool(_STREAM_SYNC.match(s)) and not s.startswith("enqueueCommand"))
@@ -303,7 +366,7 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     cols["event_id"] = np.arange(n, dtype=np.int64)
     cols["kind"] = _kinds(cols)
     # device rows get steps from time first, then from their launch
-    tcode, rank = cols.pop("_tcode"), cols["rank"]
+    tcode, rank = cols["_tcode"], cols["rank"]
     new_track = np.r_[True, (tcode[1:] != tcode[:-1]) | (rank[1:] != rank[:-1])]
     track_start = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))
     host_x = ~cols["is_device"] & (cols["ph"] == "X")
@@ -313,6 +376,7 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     cols["parent_id"], cols["depth"] = parent, depth
     cols["step"] = _steps(cols, warnings)
     cols["launch_id"] = _launches(cols)
+    _link_job_dmas(cols, args)
     _device_steps(cols)
     cols["sync_stream"], cols["sync_corr"] = _syncs(cols, args)
     _costs(cols, args)

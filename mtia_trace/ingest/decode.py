@@ -36,6 +36,8 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     size: float | str | None = None
     mem_size: str | float | None = msgspec.field(default=None, name="mem size")
     direction: str | None = None
+    packet_ptr: int | None = None
+    seq_num: int | None = None  # MTIA event_record / event_wait: the event's sequence number
     wait_on_stream: int | None = None
     wait_corr: int | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     sync_kind: str | None = msgspec.field(default=None, name="cuda_sync_kind")
