@@ -45,6 +45,10 @@ class Progress:
         self.stream.write("\r" + line + " " * pad)
         self.stream.flush()
 
+    def __call__(self, message: str) -> None:
+        """A stage message without advancing the count (the ``progress`` callback of the library)."""
+        self.update(message, advance=0)
+
     def close(self) -> None:
         if self.enabled and self._width:
             self.stream.write("\r" + " " * self._width + "\r")

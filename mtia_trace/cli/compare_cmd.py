@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import tempfile
 from enum import Enum
 from pathlib import Path
@@ -33,18 +31,15 @@ def _load_baseline(path: Path) -> RunData:
 
 
 def _replay_pair(trace: Path, hws: list[str], progress: Progress) -> tuple[RunData, RunData]:
-    """Replay ``trace`` on both specs with the `replay` command (output captured, not printed)
-    into a temporary folder, and load both runs."""
-    from mtia_trace.cli.replay_cmd import Mode, destinations, replay
+    """Replay ``trace`` on both specs into a temporary folder and load both runs."""
+    from mtia_trace.replay_job import ReplayOptions, destinations, replay_trace
 
     if hws[0] == hws[1]:
         raise UsageError(f"--hw {hws[0]} given twice; pass two different specs, baseline first")
     progress.update(f"replaying on {' and '.join(hws)}", advance=0)
     with tempfile.TemporaryDirectory(prefix="mtia-trace-compare-") as tmp:
-        with contextlib.redirect_stdout(io.StringIO()):
-            replay(trace, hw=hws, overrides=[], mode=Mode.auto, loss_rate=0.0, seed=0,
-                   out=Path(tmp), force=False, quiet=True)
         dests = destinations(trace, hws, Path(tmp))
+        replay_trace(trace, dests, ReplayOptions(hws=hws), progress=progress)
         base, new = (load_run(dests[h]) for h in hws)
     return base, new
 

@@ -35,7 +35,8 @@ def sweep(
 
     Example: mtia-trace sweep trace_dir --hw mtia300 --vary comm.message_engines=4,8,16,32
     """
-    from mtia_trace.cli.replay_cmd import Progress, trace_stem
+    from mtia_trace.progress import Progress
+    from mtia_trace.replay_job import trace_stem
     from mtia_trace.ingest import load
     from replay.hardware.source import with_source
     from replay.sweep import parse_vary, sweep as run_sweep
@@ -47,12 +48,13 @@ def sweep(
     dest = out if out is not None else Path("runs") / f"{trace_stem(trace)}-{label}-sweep.parquet"
     if dest.exists() and not force:
         raise RunExistsError(f"{dest}: exists; pass --force to replace it or --out to choose another file")
-    progress = Progress(quiet)
+    progress = Progress("sweep", quiet=quiet)
     progress(f"ingesting {trace}")
     events, src, why = with_source(load(trace), source_hw)
     progress(f"source hardware: {src or 'unknown'} ({why})")
     table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
                       seed=seed, progress=progress)
+    progress.close()
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     pq.write_table(table, tmp)

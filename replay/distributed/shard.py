@@ -42,7 +42,7 @@ class Ingested:
 
 def ingest(paths: list[str]) -> Ingested:
     """Read the shard's trace files and find its collective instances."""
-    from mtia_trace.cli.replay_cmd import _files
+    from mtia_trace.replay_job import file_facts as _files
     from mtia_trace.ingest import load
 
     tr = load([Path(p) for p in paths])

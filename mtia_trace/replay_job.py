@@ -1,0 +1,186 @@
+"""The replay pipeline as a library: ingest a trace, replay it on each target, store each run.
+
+`mtia-trace replay` and `mtia-trace compare TRACE --hw A --hw B` are thin shells over
+`replay_trace`; a notebook can call it the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import pyarrow as pa
+
+from mtia_trace.errors import UsageError
+from mtia_trace.storage import TABLES, check_destination, write_run
+
+AS_MEASURED = "as-measured"
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    roofline = "roofline"
+    scaled = "scaled"
+
+
+@dataclass
+class ReplayOptions:
+    """What `replay_trace` needs besides the trace and where to write."""
+
+    hws: list[str] = field(default_factory=lambda: [AS_MEASURED])
+    overrides: list[str] = field(default_factory=list)
+    mode: Mode = Mode.auto
+    loss_rate: float = 0.0
+    seed: int = 0
+    source_hw: str | None = None
+    force: bool = False
+    #: Dask: address of an existing scheduler, or the number of local workers to start
+    scheduler: str | None = None
+    workers: int | None = None
+
+
+def trace_stem(path: Path) -> str:
+    """`runs/<stem>-<hw>`: the trace's name without .json/.gz/.pt.trace suffixes."""
+    name = path.resolve().name if path.is_dir() else path.name
+    for suffix in (".gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name or "trace"
+
+
+def split_hw(values: list[str] | None) -> list[str]:
+    """`--hw a --hw b,c` → [a, b, c] (deduplicated); none → as-measured."""
+    names = [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+    return list(dict.fromkeys(names)) or [AS_MEASURED]
+
+
+def destinations(trace: Path, hws: list[str], out: Path | None) -> dict[str, Path]:
+    """Run directory per target: ``--out`` itself for one target, ``<out>/<stem>-<hw>`` for several."""
+    stem = trace_stem(trace)
+    label = {hw: Path(hw).stem if hw.endswith(".toml") else hw for hw in hws}
+    if len(hws) == 1 and out is not None:
+        return {hws[0]: out}
+    parent = out if out is not None else Path("runs")
+    return {hw: parent / f"{stem}-{label[hw]}" for hw in hws}
+
+
+def cost_model(hw: str, opts: ReplayOptions) -> tuple[object, dict, dict]:
+    """(cost model, spec dict for run.json, assumed values) for one target."""
+    from replay.costs import AsMeasured
+
+    if hw == AS_MEASURED:
+        if opts.overrides:
+            raise UsageError("--set: as-measured replay has no hardware spec to override; "
+                             "add --hw mtia300 (or another spec)")
+        if opts.loss_rate:
+            raise UsageError("--loss-rate: as-measured replay keeps measured durations; "
+                             "add --hw mtia300 (or another spec)")
+        return AsMeasured(), {"name": AS_MEASURED}, {}
+    from replay.hardware import load_spec, model_for
+
+    spec = load_spec(hw, opts.overrides)
+    model = model_for(spec, mode=opts.mode.value, loss_rate=opts.loss_rate, seed=opts.seed)
+    return model, spec.to_dict(), {k: spec.value(k) for k in spec.assumed()}
+
+
+#: Facts per trace file kept in run.json.
+FILE_FIELDS = ("path", "rank", "sha256", "bytes", "n_events")
+
+
+def file_facts(trace: object) -> list[dict]:
+    """Per-file facts of an ingested trace, for run.json."""
+    out = []
+    for f in getattr(trace, "files", None) or []:
+        d = {k: getattr(f, k, None) for k in FILE_FIELDS}
+        d["path"] = str(d["path"])
+        devices = getattr(f, "device_properties", None) or []
+        d["devices"] = sorted({str(p.get("name")) for p in devices if isinstance(p, dict)})
+        out.append(d)
+    return out
+
+
+def _options_meta(hw: str, opts: ReplayOptions) -> dict:
+    return {"hw": hw, "mode": opts.mode.value, "loss_rate": opts.loss_rate, "seed": opts.seed,
+            "overrides": list(opts.overrides), "source_hw": opts.source_hw}
+
+
+def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
+                 progress: Callable[[str], None] | None = None,
+                 warn: Callable[[str], None] | None = None) -> dict[str, pa.Table]:
+    """Replay ``trace`` on every target of ``opts.hws`` and write one run per target.
+
+    Destinations are checked and specs loaded before the slow part, so a typo fails fast.
+    Returns each target's steps table (attribution per rank and step).
+    """
+    say = progress or (lambda _m: None)
+    for d in dests.values():
+        check_destination(d, opts.force)
+    models = {h: cost_model(h, opts) for h in opts.hws}
+    if opts.scheduler or opts.workers:
+        return _replay_distributed(trace, dests, models, opts, say)
+
+    from mtia_trace.ingest import load
+    from replay.hardware.source import with_source
+    from replay.run import replay_events
+
+    say(f"ingesting {trace}")
+    t0 = time.perf_counter()
+    tr = load(trace, progress=lambda f, i, n: say(f"reading {f} ({i + 1}/{n})"))
+    t_ingest = time.perf_counter() - t0
+    warnings = [str(w) for w in getattr(tr, "warnings", []) or []]
+    for w in warnings:
+        if warn is not None:
+            warn(w)
+    say(f"{tr.events.num_rows:,} events from {len(tr.files) or 1} file(s)")
+    events, _, _ = with_source(tr, opts.source_hw)
+
+    steps: dict[str, pa.Table] = {}
+    for h in opts.hws:
+        model, spec, assumed = models[h]
+        say(f"replaying on {h}")
+        t0 = time.perf_counter()
+        result = replay_events(events, model, progress=say)
+        t_replay = time.perf_counter() - t0
+        say(f"writing {dests[h]}")
+        meta = {
+            "hardware": h,
+            "spec": spec,
+            "options": _options_meta(h, opts),
+            "seed": opts.seed,
+            "traces": file_facts(tr) or [{"path": str(trace)}],
+            "assumptions": {"spec": assumed, "model": dict(getattr(result, "notes", {}) or {})},
+            "warnings": warnings,
+            "timings_s": {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)},
+        }
+        write_run({t: getattr(result, t) for t in TABLES}, dests[h], meta, force=opts.force)
+        steps[h] = result.steps
+    return steps
+
+
+def _replay_distributed(trace: Path, dests: dict[str, Path], models: dict, opts: ReplayOptions,
+                        say: Callable[[str], None]) -> dict[str, pa.Table]:
+    """`replay_trace` on Dask: one run per target, events/edges partitioned by rank."""
+    if opts.loss_rate:
+        raise UsageError("--loss-rate: loss draws are not yet partitioned across workers; "
+                         "replay with loss without --scheduler/--workers")
+    from replay.distributed.driver import connect, replay_distributed
+
+    client = connect(opts.scheduler, opts.workers)
+    steps: dict[str, pa.Table] = {}
+    try:
+        for h in opts.hws:
+            model, spec, assumed = models[h]
+            say(f"replaying on {h} (distributed)")
+            meta = {"hardware": h, "spec": spec, "seed": opts.seed,
+                    "options": _options_meta(h, opts), "assumptions": {"spec": assumed}}
+            steps[h], _ = replay_distributed(trace, model, dests[h], meta, client=client,
+                                             force=opts.force, source_hw=opts.source_hw,
+                                             progress=say)
+    finally:
+        cluster = getattr(client, "cluster", None)
+        client.close()
+        if cluster is not None and not opts.scheduler:
+            cluster.close()
+    return steps
