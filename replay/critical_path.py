@@ -32,33 +32,40 @@ NCAT = len(schema.ATTRIBUTION)
 
 @dataclass
 class PathTables:
-    """Per-position segment contributions and their prefix sums (categories x positions)."""
+    """Per-position segment contributions and their prefix sums, for the active categories only
+    (``act``: category ids with any time; the others are zero everywhere)."""
 
-    contrib: np.ndarray     # (NCAT, npos): chain segment ending at each pure position
-    cum: np.ndarray         # (NCAT, npos + 1): cum[:, k] = contrib[:, :k].sum(1)
-    frac: np.ndarray        # (NCAT, n): per-event cost split (fractions summing to 1)
+    act: np.ndarray         # (nact,) category ids of the rows below
+    contrib: np.ndarray     # (nact, npos): chain segment ending at each pure position
+    cum: np.ndarray         # (nact, npos + 1): cum[:, k] = contrib[:, :k].sum(1)
+    frac: np.ndarray        # (nact, n): per-event cost split (fractions summing to 1)
     run_start: np.ndarray   # per position: the last position <= it that is not chain-bound
     tpos: np.ndarray        # per position: time
     dev_pos: np.ndarray     # per position: on a stream-like (device / worker) track
     own: np.ndarray         # per position: an end point reached by its event's own duration
 
 
-def _event_fractions(comps: dict[str, np.ndarray], n: int) -> np.ndarray:
-    frac = np.zeros((NCAT, n))
-    total = np.zeros(n)
-    for c in ("compute", "fetch", "collective", "retry", "host"):
-        frac[CAT[c]] = comps[c]
-        total += comps[c]
-    nz = total > 0
-    frac[:, nz] /= total[nz]
-    frac[CAT["host"], ~nz] = 1.0  # zero-length: any category, the segment is empty
-    return frac
+_COST_CATS = ("compute", "fetch", "collective", "retry", "host")
 
 
 def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTables:
     order = g.order
     npos = len(order)
-    frac = _event_fractions(comps, g.n)
+    cats = [c for c in _COST_CATS if c == "host" or comps[c].any()]
+    act = np.array(sorted({CAT[c] for c in cats} | {CAT["host"], CAT["idle"]}), dtype=np.int64)
+    row = {int(c): i for i, c in enumerate(act.tolist())}
+    # per-event fractions of the active cost categories
+    frac = np.zeros((len(act), g.n))
+    total = np.zeros(g.n)
+    for c in cats:
+        frac[row[CAT[c]]] = comps[c]
+        total += comps[c]
+    nz = total > 0
+    if len(cats) > 1:
+        frac[:, nz] /= total[nz]
+    else:
+        frac[row[CAT["host"]], nz] = 1.0
+    frac[row[CAT["host"]], ~nz] = 1.0  # zero-length: any category, the segment is empty
     tpos = s.T[order]
     seg = np.zeros(npos)
     seg[1:] = tpos[1:] - tpos[:-1]
@@ -67,17 +74,20 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
     is_end = (order % 2) == 1
     own = (g.leaf_end | (dev_pos & is_end))
-    contrib = np.zeros((NCAT, npos))
+    contrib = np.zeros((len(act), npos))
     ev = order // 2
-    contrib[:, own] = frac[:, ev[own]] * seg[own]
-    contrib[CAT["idle"], dev_pos & ~is_end] = seg[dev_pos & ~is_end]
-    contrib[CAT["host"], ~dev_pos & ~own] = seg[~dev_pos & ~own]
-    cum = np.zeros((NCAT, npos + 1))
+    ko = np.flatnonzero(own)
+    contrib[:, ko] = frac[:, ev[ko]] * seg[ko]
+    di = dev_pos & ~is_end
+    contrib[row[CAT["idle"]], di] = seg[di]
+    hi = ~dev_pos & ~own
+    contrib[row[CAT["host"]], hi] = seg[hi]
+    cum = np.zeros((len(act), npos + 1))
     np.cumsum(contrib, axis=1, out=cum[:, 1:])
     idx = np.where(~pure, np.arange(npos), 0)
     run_start = np.maximum.accumulate(idx) if npos else idx
-    return PathTables(contrib=contrib, cum=cum, frac=frac, run_start=run_start, tpos=tpos,
-                      dev_pos=dev_pos, own=own)
+    return PathTables(act=act, contrib=contrib, cum=cum, frac=frac, run_start=run_start,
+                      tpos=tpos, dev_pos=dev_pos, own=own)
 
 
 def _edge_category(bound: int, on_device: bool) -> int:
@@ -118,16 +128,16 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             q = int(pt.run_start[k])
             tq = pt.tpos[q]
             if tq >= ws:
-                parts += pt.cum[:, k + 1] - pt.cum[:, q + 1]
+                parts[pt.act] += pt.cum[:, k + 1] - pt.cum[:, q + 1]
                 ranges.append((q + 1, k))
                 p = int(g.order[q])
                 continue
             # the window starts inside this run: clip the straddling segment
             j = q + 1 + int(np.searchsorted(pt.tpos[q + 1:k + 1], ws, side="right"))
-            parts += pt.cum[:, k + 1] - pt.cum[:, j + 1]
+            parts[pt.act] += pt.cum[:, k + 1] - pt.cum[:, j + 1]
             seg = pt.tpos[j] - pt.tpos[j - 1]
             if seg > 0:
-                parts += pt.contrib[:, j] * ((pt.tpos[j] - ws) / seg)
+                parts[pt.act] += pt.contrib[:, j] * ((pt.tpos[j] - ws) / seg)
             ranges.append((j, k))
             break
         t = T[p]
@@ -158,7 +168,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             ev = p // 2
             dev = bool(pt.dev_pos[k])
             if pt.own[k]:
-                parts += pt.frac[:, ev] * (t - lo)
+                parts[pt.act] += pt.frac[:, ev] * (t - lo)
                 points.append(p)
             else:
                 parts[CAT["idle"] if dev else CAT["host"]] += t - lo
