@@ -112,11 +112,39 @@ def test_mtia_training_trace_has_device_ops_dma_and_collectives() -> None:
     assert len(hccl) and (hccl["kind"] == "collective").all() and hccl["coll_op"].notna().all()
 
 
+def test_mtia_job_descriptor_dmas_link_to_their_run_function() -> None:
+    """Each job's 3 descriptor DMAs (one packet_ptr, right before its kernel) share its launch."""
+    ev = _ingest(REAL / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz").events.to_pandas()
+    dma = ev[ev["name"] == "dma_request"]
+    linked = dma[dma["launch_id"] >= 0]
+    kernels = ev[ev["is_device"] & (ev["name"] != "dma_request") & (ev["launch_id"] >= 0)]
+    assert len(linked) == 3 * len(kernels)
+    assert (ev["name"].to_numpy()[linked["launch_id"]] ==
+            "runFunction - job_prep_and_submit_for_execution").all()
+    assert (linked.groupby("launch_id").size() == 3).all()
+    assert set(linked["launch_id"]) == set(kernels["launch_id"])
+
+
+def test_mtia_tbe_bytes_from_shapes() -> None:
+    """split_embedding_codegen_forward_cpu: T=6 tables, total_D=648, 73087 indices, B=1024."""
+    ev = _ingest(REAL / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz").events.to_pandas()
+    op = ev[(ev["name"] == "fbgemm::split_embedding_codegen_forward_cpu") & (ev["bytes_read"] > 1.6e7)]
+    assert len(op)
+    r = op.iloc[0]
+    assert r["bytes_read"] == 73087 * 108 * 2 + 73087 * 8 + 6145 * 8
+    assert r["bytes_written"] == 1024 * 648 * 2
+
+
 def test_mtia_inference_trace_syncs_and_dma() -> None:
     trace = _ingest(REAL / "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz")
     ev = trace.events.to_pandas()
     waits = ev[ev["name"] == "event_wait"]
     assert len(waits) and (waits["kind"] == "sync").all() and (waits["sync_stream"] >= 0).all()
+    # a wait names the record with its seq_num on the waited stream: same stream, earlier-or-equal
+    linked = waits[waits["sync_corr"] >= 0]
+    assert len(linked) >= 0.75 * len(waits)
+    recs = ev[ev["is_device"] & (ev["name"] == "event_record")].set_index("correlation")
+    assert (recs.loc[linked["sync_corr"], "stream"].to_numpy() == linked["sync_stream"].to_numpy()).all()
     dma = ev[ev["name"] == "dma_request"]
     assert (dma["bytes_read"] > 0).all() and (dma["launch_id"] >= 0).mean() > 0.5
     host_sync = ev[ev["name"] == "synchronizeStream"]

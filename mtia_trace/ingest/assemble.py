@@ -17,6 +17,7 @@ import pyarrow as pa
 from mtia_trace import schema
 from mtia_trace.ingest import collectives
 from mtia_trace.ingest.classify import classify
+from mtia_trace.ingest.decode import RawLists
 from mtia_trace.ingest.kineto import RawFile
 from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
 from mtia_trace.ingest.shapes import op_cost, parse_size
@@ -224,6 +225,10 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return sync_stream, sync_corr
 
 
+def _raw_key(raw: Any) -> bytes | None:
+    return None if raw is None else bytes(raw)
+
+
 def _arg_floats(present: list[Any], attr: str) -> np.ndarray:
     """One numeric arg of the rows that have args, NaN where absent."""
     return np.array([getattr(a, attr) for a in present], dtype=np.float64)
@@ -245,22 +250,24 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     with_args[arg_rows] = True
     shape_kind = _isin(kind, _SHAPE_KINDS)
     host_shape = np.flatnonzero(with_args & ~is_dev & shape_kind)
-    memo: dict[tuple[str, str, str, str, str], tuple[float, float, float, str | None]] = {}
+    lists = RawLists()
+    memo: dict[tuple[Any, ...], tuple[float, float, float, str | None]] = {}
     for i in host_shape.tolist():
         a = args[i]
-        key = (kind[i], name[i], repr(a.input_dims), repr(a.input_type), repr(a.concrete))
+        key = (kind[i], name[i], _raw_key(a.input_dims), _raw_key(a.input_type), _raw_key(a.concrete))
         got = memo.get(key)
         if got is None:
-            got = memo[key] = op_cost(kind[i], name[i], a.input_dims, a.input_type, a.concrete)
+            got = memo[key] = op_cost(kind[i], name[i], lists(a.input_dims), lists(a.input_type),
+                                      lists(a.concrete))
         flops[i], rd[i], wr[i], dtype[i] = got
-    types_memo: dict[tuple[str, ...], str | None] = {}
+    types_memo: dict[bytes | None, str | None] = {}
     for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind).tolist():
-        t = args[i].input_type
-        if t:
-            key = tuple(t)
-            if key not in types_memo:
-                types_memo[key] = next((x for x in t if x not in ("", "Scalar", "ScalarList")), None)
-            dtype[i] = types_memo[key]
+        key = _raw_key(args[i].input_type)
+        if key not in types_memo:
+            t = lists(args[i].input_type) or []
+            types_memo[key] = next((x for x in t if isinstance(x, str)
+                                    and x not in ("", "Scalar", "ScalarList")), None)
+        dtype[i] = types_memo[key]
     if len(arg_rows):
         present = args[arg_rows].tolist()
         own_flops, own_bytes = _arg_floats(present, "flops"), _arg_floats(present, "bytes")

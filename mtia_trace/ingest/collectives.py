@@ -20,17 +20,19 @@ import numpy as np
 import pandas as pd
 
 from mtia_trace.ingest.classify import coll_op_of
-from mtia_trace.ingest.decode import Args
+from mtia_trace.ingest.decode import Args, RawLists
 from mtia_trace.ingest.shapes import _numel, dtype_size
 
 _SPLIT_OPS = ("all_to_all", "all_gather", "reduce_scatter")
 
 
-def _dims_bytes(op: str | None, a: Args | None, group: int) -> tuple[float, float, str | None]:
+def _dims_bytes(op: str | None, a: Args | None, group: int,
+                lists: RawLists) -> tuple[float, float, str | None]:
     """(bytes in, bytes out, dtype) from Input Dims / Input type."""
-    if a is None or not a.input_dims:
+    dims = lists(a.input_dims) if a is not None else None
+    if not dims:
         return 0.0, 0.0, None
-    dims, types = a.input_dims, a.input_type or []
+    types = lists(a.input_type) or []
     tens = [(d, types[i] if i < len(types) else "") for i, d in enumerate(dims)
             if isinstance(d, list) and (i >= len(types) or types[i] not in ("", "Scalar", "ScalarList"))]
     if not tens:
@@ -87,6 +89,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
 
     # 1. per-event metadata
     defaults = {r: _default_pg(d) for r, d in dist_by_rank.items()}
+    lists = RawLists()
     for i in idx.tolist():
         a: Args | None = args[i]
         nm = name[i]
@@ -107,7 +110,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
             b_in[i] = a.in_nelems * size
             b_out[i] = (a.out_nelems if a.out_nelems is not None else a.in_nelems) * size
         else:
-            b_in[i], b_out[i], _ = _dims_bytes(op, a, int(gsize[i]))
+            b_in[i], b_out[i], _ = _dims_bytes(op, a, int(gsize[i]), lists)
 
     # 2. the enclosing collective root of each host collective row
     root = np.full(n, -1, dtype=np.int64)

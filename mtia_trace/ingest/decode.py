@@ -28,9 +28,10 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     device: int | None = None
     stream: int | str | None = None
     stream_id: int | str | None = None
-    input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
-    input_type: list[Any] | None = msgspec.field(default=None, name="Input type")
-    concrete: list[Any] | None = msgspec.field(default=None, name="Concrete Inputs")
+    # shapes stay raw JSON: they repeat massively, so they are decoded once per distinct value
+    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
     flops: float | None = None
     bytes: float | None = None
     size: float | str | None = None
@@ -51,6 +52,32 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     seq: int | None = msgspec.field(default=None, name="Seq")
     seq_lower: int | None = msgspec.field(default=None, name="seq")
     name: str | None = None  # metadata events: process/thread name
+
+
+_LIST = msgspec.json.Decoder()
+
+
+class RawLists:
+    """Decode raw JSON arrays (shape args) once per distinct value; non-arrays read as None."""
+
+    def __init__(self) -> None:
+        self._memo: dict[bytes, list[Any] | None] = {}
+
+    def __call__(self, raw: msgspec.Raw | None) -> list[Any] | None:
+        if raw is None:
+            return None
+        key = bytes(raw)
+        got = self._memo.get(key, _MISSING)
+        if got is _MISSING:
+            try:
+                v = _LIST.decode(key)
+            except msgspec.DecodeError:
+                v = None
+            got = self._memo[key] = v if isinstance(v, list) else None
+        return got  # type: ignore[return-value]
+
+
+_MISSING = object()
 
 
 class Event(msgspec.Struct, gc=False):
