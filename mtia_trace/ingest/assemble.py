@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -60,19 +61,23 @@ def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[dict[str, Any], np.nd
     return out, args[order]
 
 
-def _name_mask(cols: dict[str, Any], test: Callable[[str], bool]) -> np.ndarray:
-    """Per-row boolean of a test on the event name, evaluated once per distinct name."""
+def _name_codes(cols: dict[str, Any]) -> tuple[np.ndarray, Any]:
+    """Codes of the event names and the distinct names (factorized once per build)."""
     if "_ncode" not in cols:
         cols["_ncode"], cols["_nuniq"] = pd.factorize(cols["name"])
+    return cols["_ncode"], cols["_nuniq"]
+
+
+def _name_mask(cols: dict[str, Any], test: Callable[[str], bool]) -> np.ndarray:
+    """Per-row boolean of a test on the event name, evaluated once per distinct name."""
+    _name_codes(cols)
     return np.array([bool(test(s)) for s in cols["_nuniq"]], dtype=bool)[cols["_ncode"]]
 
 
 def _kinds(cols: dict[str, Any]) -> np.ndarray:
     ccode, cuniq = pd.factorize(cols["cat"], use_na_sentinel=False)
     cuniq = [c if isinstance(c, str) else "" for c in cuniq]
-    if "_ncode" not in cols:
-        cols["_ncode"], cols["_nuniq"] = pd.factorize(cols["name"])
-    ncode, nuniq = cols["_ncode"], cols["_nuniq"]
+    ncode, nuniq = _name_codes(cols)
     pair, puniq = pd.factorize(ccode.astype(np.int64) * (len(nuniq) + 1) + ncode)
     kinds = np.array([classify(cuniq[p // (len(nuniq) + 1)], nuniq[p % (len(nuniq) + 1)])
                       for p in puniq.tolist()], dtype=object)
@@ -225,8 +230,27 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return sync_stream, sync_corr
 
 
-def _raw_key(raw: Any) -> bytes | None:
-    return None if raw is None else bytes(raw)
+def _raw_codes(present: list[Any], attr: str) -> np.ndarray:
+    """Codes of one raw JSON arg's distinct values (absent = its own code)."""
+    vals = [b"" if r is None else bytes(r) for r in map(attrgetter(attr), present)]
+    return pd.factorize(np.array(vals, dtype=object))[0]
+
+
+def _combine(*codes: np.ndarray) -> np.ndarray:
+    """One code per distinct tuple of per-column codes (or values)."""
+    out = pd.factorize(codes[0])[0].astype(np.int64)
+    for c in codes[1:]:
+        c = pd.factorize(c)[0].astype(np.int64)
+        out = pd.factorize(out * (int(c.max()) + 1) + c)[0].astype(np.int64)
+    return out
+
+
+def _first_of_each(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dense codes, position of each code's first row)."""
+    codes, uniq = pd.factorize(key)
+    first = np.full(len(uniq), len(key), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(key)))
+    return codes, first
 
 
 def _arg_floats(present: list[Any], attr: str) -> np.ndarray:
@@ -251,23 +275,24 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     shape_kind = _isin(kind, _SHAPE_KINDS)
     host_shape = np.flatnonzero(with_args & ~is_dev & shape_kind)
     lists = RawLists()
-    memo: dict[tuple[Any, ...], tuple[float, float, float, str | None]] = {}
-    for i in host_shape.tolist():
-        a = args[i]
-        key = (kind[i], name[i], _raw_key(a.input_dims), _raw_key(a.input_type), _raw_key(a.concrete))
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = op_cost(kind[i], name[i], lists(a.input_dims), lists(a.input_type),
-                                      lists(a.concrete))
-        flops[i], rd[i], wr[i], dtype[i] = got
-    types_memo: dict[bytes | None, str | None] = {}
-    for i in np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind).tolist():
-        key = _raw_key(args[i].input_type)
-        if key not in types_memo:
-            t = lists(args[i].input_type) or []
-            types_memo[key] = next((x for x in t if isinstance(x, str)
-                                    and x not in ("", "Scalar", "ScalarList")), None)
-        dtype[i] = types_memo[key]
+    if len(host_shape):
+        shaped = args[host_shape].tolist()
+        key = _combine(_name_codes(cols)[0][host_shape], kind[host_shape],
+                       *(_raw_codes(shaped, f) for f in ("input_dims", "input_type", "concrete")))
+        codes, first = _first_of_each(key)
+        got = [op_cost(kind[i], name[i], lists(args[i].input_dims), lists(args[i].input_type),
+                       lists(args[i].concrete)) for i in host_shape[first].tolist()]
+        fl, r, w, dt = (np.array(c, dtype=object if j == 3 else np.float64)
+                        for j, c in enumerate(zip(*got)))
+        flops[host_shape], rd[host_shape], wr[host_shape] = fl[codes], r[codes], w[codes]
+        dtype[host_shape] = dt[codes]
+    plain = np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind)
+    if len(plain):
+        codes, first = _first_of_each(_raw_codes(args[plain].tolist(), "input_type"))
+        firsts = [next((x for x in lists(args[i].input_type) or [] if isinstance(x, str)
+                        and x not in ("", "Scalar", "ScalarList")), None)
+                  for i in plain[first].tolist()]
+        dtype[plain] = np.array(firsts + [None], dtype=object)[:-1][codes]
     if len(arg_rows):
         present = args[arg_rows].tolist()
         own_flops, own_bytes = _arg_floats(present, "flops"), _arg_floats(present, "bytes")

@@ -80,8 +80,9 @@ _META = attrgetter("name", "pid", "tid", "args")
 
 def _thread_names(meta: list[Event]) -> dict[tuple[Any, Any], list[str]]:
     """(pid, tid) -> distinct thread names; metadata events repeat massively, so dedupe first."""
-    seen = {(k, p, t, a.name) for k, p, t, a in map(_META, meta)
-            if k == "thread_name" and a is not None and a.name is not None}
+    threads = [e for e in meta if e.name == "thread_name"]
+    seen = {(k, p, t, a.name) for k, p, t, a in map(_META, threads)
+            if a is not None and a.name is not None}
     out: dict[tuple[Any, Any], list[str]] = {}
     for _, pid, tid, label in sorted(seen, key=str):
         out.setdefault((pid, tid), []).append(label)
@@ -150,7 +151,6 @@ def read_file(path: Path) -> RawFile:
         raise TraceFormatError(
             f"{path}: event {i} ({names[i]!r}) has no \"ts\"; fix or re-export the trace"
         )
-    del ts_list
     ph = np.array(phs, dtype=object)
     is_x = ph == "X"
     ph[~is_x] = "i"
@@ -191,9 +191,9 @@ def read_file(path: Path) -> RawFile:
     if flow_events and len(missing):
         flows = {(e.ph, e.pid, e.tid, e.ts): e.id for e in flow_events
                  if e.cat in FLOW_CATS and e.id is not None}
-        for i in missing.tolist():
-            fid = _as_int(flows.get(("f" if is_device[i] else "s", pids[i], tids[i], ts[i])))
-            if fid is not None:
+        for i, dev in zip(missing.tolist(), is_device[missing].tolist()):
+            fid = flows.get(("f" if dev else "s", pids[i], tids[i], ts_list[i]))
+            if fid is not None and (fid := _as_int(fid)) is not None:
                 correlation[i] = fid
 
     p_code, p_uniq = pd.factorize(np.array(pids, dtype=object))
