@@ -1,38 +1,62 @@
-"""Distributed replay on a local 2-worker Dask cluster equals the single-process replay."""
+"""Distributed replay on a local 2-worker Dask cluster equals the single-process replay, also when
+workers are killed mid-run."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("distributed")
 
+from mtia_trace.replay_job import ReplayOptions, replay_trace  # noqa: E402
 from mtia_trace.runs import connect, query  # noqa: E402
 from mtia_trace.storage import open_run  # noqa: E402
 
 CLI = [sys.executable, "-c", "from mtia_trace.cli import main; main()"]
 TOL = 1e-9
+RANKS = 64
+HW = "mtia300"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):  # noqa: ANN001, ANN201
-    d = tmp_path_factory.mktemp("dist")
-    tr = d / "syn64"
-    r = _cli("synth", "--preset", "dlrm-dcnv2", "--ranks", "64", "--steps", "1", "--batch",
-             "4096", "--sharding", "rw", "-o", str(tr))
+def client():  # noqa: ANN201
+    """One local cluster (2 worker processes, 1 thread each) for every test in this file."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:  # noqa: ANN001
+    tr = tmp_path_factory.mktemp("dist") / "syn64"
+    r = _cli("synth", "--preset", "dlrm-dcnv2", "--ranks", str(RANKS), "--steps", "1", "--batch",
+             "512", "--sharding", "rw", "-o", str(tr))
     assert r.returncode == 0, r.stderr
-    r = _cli("replay", str(tr), "--hw", "mtia300", "--out", str(d / "one"), "-q")
+    return tr
+
+
+@pytest.fixture(scope="module")
+def runs(trace, client):  # noqa: ANN001, ANN201
+    """(single-process run, run on the cluster through the CLI)."""
+    one, two = trace.parent / "one", trace.parent / "two"
+    replay_trace(trace, {HW: one}, ReplayOptions(hws=[HW]))
+    r = _cli("replay", str(trace), "--hw", HW, "--out", str(two), "-q",
+             "--scheduler", client.scheduler.address)
     assert r.returncode == 0, r.stderr
-    r = _cli("replay", str(tr), "--hw", "mtia300", "--out", str(d / "two"), "-q", "--workers", "2")
-    assert r.returncode == 0, r.stderr
-    return open_run(d / "one"), open_run(d / "two")
+    return open_run(one), open_run(two)
 
 
 def _same(a, b, keys: list[str]) -> None:  # noqa: ANN001
@@ -47,28 +71,67 @@ def _same(a, b, keys: list[str]) -> None:  # noqa: ANN001
             assert a[c].equals(b[c]), c
 
 
-def test_steps_and_attribution_match(runs) -> None:  # noqa: ANN001
-    one, two = runs
+EVENT_COLS = ["event_id", "rank", "start_us", "end_us", "compute_us", "collective_us", "queue_us",
+              "coll_wait_us", "parent_id", "launch_id", "bound_src", "critical"]
+
+
+def _same_run(one, two) -> None:  # noqa: ANN001
     _same(one.read("steps"), two.read("steps"), ["rank", "step"])
     _same(one.read("summary"), two.read("summary"), ["rank", "component"])
-
-
-def test_events_partitioned_and_equal(runs) -> None:  # noqa: ANN001
-    one, two = runs
-    assert (two.path / "events").is_dir() and len(two.table_files("events")) == 64
-    cols = ["event_id", "rank", "start_us", "end_us", "compute_us", "collective_us", "queue_us",
-            "coll_wait_us", "parent_id", "launch_id"]
-    _same(one.read("events").select(cols), two.read("events").select(cols), ["event_id"])
+    _same(one.read("collectives"), two.read("collectives"), ["pg", "coll_seq"])
+    _same(one.read("events").select(EVENT_COLS), two.read("events").select(EVENT_COLS),
+          ["event_id"])
     _same(one.read("edges"), two.read("edges"), ["src", "dst", "type"])
+
+
+def test_same_run_as_single_process(runs) -> None:  # noqa: ANN001
+    one, two = runs
+    _same_run(one, two)
     assert two.meta["distributed"]["coupling_iterations"][0] >= 2
+    assert two.meta["rows"] == one.meta["rows"]
+
+
+def test_events_partitioned_by_rank(runs) -> None:  # noqa: ANN001
+    _one, two = runs
+    for table in ("events", "edges"):
+        files = sorted(p.name for p in (two.path / table).iterdir())
+        assert files == [f"rank-{r:06d}.parquet" for r in range(RANKS)], table
 
 
 def test_query_works_on_partitioned_run(runs) -> None:  # noqa: ANN001
     one, two = runs
     sql = "SELECT rank, count(*) n, sum(end_us - start_us) s FROM events GROUP BY rank ORDER BY rank"
     a, b = query(connect(one.path), sql), query(connect(two.path), sql)
-    assert a.column("n").equals(b.column("n"))
+    assert a.column("n").equals(b.column("n")) and a.num_rows == RANKS
     np.testing.assert_allclose(a.column("s").to_numpy(), b.column("s").to_numpy(), atol=1e-6)
+
+
+def test_lost_workers_are_retried_without_corrupting_the_run(runs, trace, client) -> None:  # noqa: ANN001, E501
+    """SIGKILL one worker between coupling iterations (its shard's ingested, costed state is
+    lost) and the other while the partitions are being written: Dask recomputes the lost tasks
+    on the restarted workers and the run equals the single-process one."""
+    one, _two = runs
+    pids = sorted(client.run(os.getpid).values())
+    killed: list[int] = []
+
+    def kill_at(msg: str) -> None:
+        if (("schedule: coupling iteration 2," in msg and not killed)
+                or (msg.startswith("wrote ranks") and len(killed) == 1)):
+            pid = pids[len(killed)]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    dest = trace.parent / "lost"
+    replay_trace(trace, {HW: dest}, ReplayOptions(hws=[HW], scheduler=client.scheduler.address),
+                 progress=kill_at)
+    assert killed == pids
+    client.wait_for_workers(2, timeout=60)
+    assert set(client.run(os.getpid).values()).isdisjoint(pids)  # both were restarted
+    lost = open_run(dest)
+    _same_run(one, lost)
+    for table in ("events", "edges"):
+        assert len(list((dest / table).iterdir())) == RANKS, table
+    assert [p.name for p in dest.parent.iterdir() if p.name.startswith(".lost")] == []
 
 
 def test_unreachable_scheduler_is_one_line(tmp_path) -> None:  # noqa: ANN001

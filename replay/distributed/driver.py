@@ -27,6 +27,8 @@ from replay.distributed import shard as S
 #: Seconds to wait for a scheduler before giving up.
 CONNECT_TIMEOUT_S = 10
 MAX_ITERATIONS = 100_000
+#: dask-scheduler's port when the address names none.
+DEFAULT_PORT = 8786
 
 
 def connect(scheduler: str | None, workers: int | None):  # noqa: ANN201
@@ -38,6 +40,7 @@ def connect(scheduler: str | None, workers: int | None):  # noqa: ANN201
                          "(pip install 'dask[distributed]')") from None
     if scheduler:
         try:
+            _probe(scheduler)
             return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError, ValueError) as exc:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -46,6 +49,22 @@ def connect(scheduler: str | None, workers: int | None):  # noqa: ANN201
     cluster = LocalCluster(n_workers=int(workers or 1), threads_per_worker=1, processes=True,
                            dashboard_address=None)
     return Client(cluster)
+
+
+def _probe(address: str) -> None:
+    """Fail at once when a tcp:// scheduler refuses connections or its host has no address
+    (Dask itself retries those until its timeout); other protocols are left to Dask."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if "://" not in address:
+        address = "tcp://" + address  # Dask's default protocol
+    if not address.startswith("tcp://"):
+        return
+    u = urlsplit(address)
+    if not u.hostname:
+        raise ValueError("expected tcp://HOST:PORT")
+    socket.create_connection((u.hostname, u.port or DEFAULT_PORT), timeout=CONNECT_TIMEOUT_S).close()
 
 
 def _chunks(files: list[Path], n: int) -> list[list[str]]:
@@ -148,6 +167,9 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
             results[i] = fut.result()
             r = facts[i]["ranks"]
             say(f"wrote ranks {r[0]}-{r[-1]}" if r else "wrote an empty shard")
+        # a worker lost from here on must not make Dask redo a write into the finished run
+        client.cancel(outs)
+        _check_partitions(tmp, ranks, sum(int(r["events"]) for r in results))
         steps = _sorted(pa.concat_tables([r["steps"] for r in results]), ["rank", "step"])
         summary = _sorted(pa.concat_tables([r["summary"] for r in results]), ["rank"])
         members = pd.concat([r["members"].assign(member=member_idx[i][r["members"]["member"]])
@@ -189,6 +211,24 @@ def _couple(client, builds, ghost_idx, member_idx, n, say, stage: str = "schedul
         if moved == 0:
             return arr, it
     raise AssertionError("collective coupling does not converge")
+
+
+def _check_partitions(tmp: Path, ranks: list[int], events: int) -> None:
+    """Every rank's events and edges partition is in place and no part file of a killed write
+    is left; the partitions hold all the events the shards replayed."""
+    import pyarrow.parquet as pq
+
+    from mtia_trace.storage import partition_path
+
+    for table in ("events", "edges"):
+        d = tmp / table
+        for f in d.glob(".*"):  # a write interrupted by a lost worker (replaced by its retry)
+            f.unlink(missing_ok=True)
+        names = {f.name for f in d.iterdir()} if d.is_dir() else set()
+        want = {partition_path(tmp, table, r).name for r in ranks}
+        assert names == want, f"{table}: partitions {sorted(names ^ want)[:5]} missing or extra"
+    rows = sum(pq.ParquetFile(partition_path(tmp, "events", r)).metadata.num_rows for r in ranks)
+    assert rows == events, f"events partitions hold {rows} rows, the shards replayed {events}"
 
 
 def _sorted(t: pa.Table, keys: list[str]) -> pa.Table:

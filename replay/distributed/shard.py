@@ -42,8 +42,8 @@ class Ingested:
 
 def ingest(paths: list[str]) -> Ingested:
     """Read the shard's trace files and find its collective instances."""
-    from mtia_trace.replay_job import file_facts as _files
     from mtia_trace.ingest import load
+    from mtia_trace.replay_job import file_facts as _files
 
     tr = load([Path(p) for p in paths])
     ev = tr.events
@@ -240,6 +240,8 @@ def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
                              pa.array(remap(out.column(c).to_numpy()), type=pa.int64()))
     out = out.filter(pa.array(sh.local))
     rank = ev.column("rank").to_numpy()
+    for table in ("events", "edges"):  # fails if the run was already moved into place
+        (Path(tmp) / table).mkdir(exist_ok=True)
     for r in sh.ranks:
         part = out.filter(pa.array(out.column("rank").to_numpy() == r))
         write_partition("events", part, partition_path(Path(tmp), "events", r))
