@@ -58,13 +58,222 @@ def chain_lags(g: Graph, dur: np.ndarray) -> np.ndarray:
     return w
 
 
-def _scan(T: np.ndarray, order: np.ndarray, w: np.ndarray, x: np.ndarray, a: int, k0: int,
-          b: int) -> None:
-    """Schedule positions k0..b-1 of the track starting at a, in place (T per point id)."""
-    v0 = T[order[k0 - 1]] if k0 > a else -np.inf
-    c = np.cumsum(w[k0:b])
-    m = np.maximum.accumulate(x[k0:b] - c)
-    T[order[k0:b]] = c + np.maximum(m, v0)
+def _track_sums(w: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """``C``: the running sum of the chain lags of each track, from the track's first point."""
+    C = w.copy()  # w is 0 at every track start, so tracks of one or two points are done
+    long_ = np.flatnonzero(np.diff(ptr) > 2)
+    for t in long_.tolist():  # loop over tracks (few)
+        a, b = ptr[t], ptr[t + 1]
+        np.cumsum(w[a:b], out=C[a:b])
+    return C
+
+
+class _Solver:
+    """Least schedule of the point chains plus cross-track edges.
+
+    Per position k of a track: ``M_k = max(M_{k-1}, x_k - C_k)`` and ``T_k = C_k + M_k`` (C the
+    track's running sum from its first point, x the latest input). M is carried instead of T, so
+    every time is the same function of its track's inputs however the work is split (one process
+    or many). Tracks advance as far as their inputs are final (a worklist: a blocked track waits
+    for the track holding its missing input); instances of a collective, which wait for each
+    other, are settled together once all of them are otherwise ready. Anything else left (a
+    cycle through a track chain) falls back to repeated rescans, which reach the same fixpoint.
+    """
+
+    def __init__(self, g: Graph, w: np.ndarray, pos: np.ndarray) -> None:
+        self.order, self.ptr = g.order, g.track_ptr
+        self.ntr = len(self.ptr) - 1
+        self.C = _track_sums(w, self.ptr)
+        ne = len(g.dst_pt)
+        dpos = pos[g.dst_pt] if ne else np.zeros(0, dtype=np.int64)
+        eo = np.argsort(dpos, kind="stable")
+        self.eo = eo
+        self.dpos = dpos[eo]
+        self.src = g.src_pt[eo]
+        self.spos = pos[self.src] if ne else np.zeros(0, dtype=np.int64)
+        self.lag = g.lag[eo]
+        trk = np.repeat(np.arange(self.ntr, dtype=np.int64), np.diff(self.ptr))
+        self.strk = trk[self.spos] if ne else np.zeros(0, dtype=np.int64)
+        self.ebounds = np.searchsorted(self.dpos, self.ptr)  # edges into track t: [eb[t], eb[t+1])
+        self.base_pos = g.base[self.order]
+
+    # -- the worklist -------------------------------------------------------------------------
+    def run(self, xb: np.ndarray, npts: int) -> tuple[np.ndarray, int]:
+        ptr, ntr = self.ptr, self.ntr
+        self.xb = xb
+        self.T = np.full(npts, -np.inf)
+        self.M = np.empty(len(self.order))
+        self.f = ptr[:-1].copy()
+        self.ep = self.ebounds[:-1].copy()
+        self.waiters: list[list[tuple[int, int]]] = [[] for _ in range(ntr)]
+        end = ptr[1:]
+        work = np.flatnonzero(ptr[1:] > ptr[:-1]).tolist()
+        while True:
+            while work:
+                t = work.pop()
+                if self._advance(t):
+                    work.extend(self._wake(t))
+            if not (self.f < end).any():
+                return self.T, 1
+            woke = self._settle_heads()
+            if woke is None:
+                return self._rescan(npts)
+            work.extend(woke)
+
+    def _wake(self, s: int) -> list[int]:
+        ws = self.waiters[s]
+        if not ws:
+            return []
+        fs = int(self.f[s])
+        ready = [t for need, t in ws if need < fs]
+        if ready:
+            self.waiters[s] = [(need, t) for need, t in ws if need >= fs]
+        return ready
+
+    def _first_blocked(self, e0: int, e1: int) -> int:
+        spos, strk, f = self.spos, self.strk, self.f
+        step = 64
+        while e0 < e1:
+            e2 = min(e1, e0 + step)
+            bad = np.flatnonzero(spos[e0:e2] >= f[strk[e0:e2]])
+            if len(bad):
+                return e0 + int(bad[0])
+            e0 = e2
+            step *= 4
+        return e1
+
+    def _advance(self, t: int) -> bool:
+        """Finalize track t as far as its inputs are final; False when it did not move."""
+        b = int(self.ptr[t + 1])
+        e1 = int(self.ebounds[t + 1])
+        moved = False
+        while True:
+            a0, e0 = int(self.f[t]), int(self.ep[t])
+            if a0 >= b:
+                return moved
+            eb = self._first_blocked(e0, e1)
+            k = int(self.dpos[eb]) if eb < e1 else b
+            if k > a0:
+                eend = e0 + int(np.searchsorted(self.dpos[e0:eb], k)) if eb < e1 else e1
+                self._finalize(t, a0, k, e0, eend)
+                moved = True
+            if eb >= e1:
+                return moved
+            s, need = int(self.strk[eb]), int(self.spos[eb])
+            if need < self.f[s]:
+                continue  # its source is on this track and now final
+            self.waiters[s].append((need, t))
+            return moved
+
+    def _finalize(self, t: int, a0: int, k: int, e0: int, eend: int) -> None:
+        x = self.xb[a0:k].copy()
+        if eend > e0:
+            np.maximum.at(x, self.dpos[e0:eend] - a0, self.T[self.src[e0:eend]] + self.lag[e0:eend])
+        m = x
+        m -= self.C[a0:k]
+        np.maximum.accumulate(m, out=m)
+        if a0 > self.ptr[t]:
+            np.maximum(m, self.M[a0 - 1], out=m)
+        self.M[a0:k] = m
+        self.T[self.order[a0:k]] = self.C[a0:k] + m
+        self.f[t] = k
+        self.ep[t] = eend
+
+    # -- collectives: heads waiting only for each other -------------------------------------
+    def _settle_heads(self) -> list[int] | None:
+        f, ptr = self.f, self.ptr
+        U = np.flatnonzero(f < ptr[1:])
+        h = f[U]
+        e_lo = self.ep[U]
+        e_hi = np.searchsorted(self.dpos, h, side="right")
+        cnt = e_hi - e_lo
+        rows = np.repeat(np.arange(len(U)), cnt)
+        eidx = (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)) + np.repeat(e_lo, cnt)
+        sp, st = self.spos[eidx], self.strk[eidx]
+        final = sp < f[st]
+        at_head = sp == f[st]
+        in_s = np.zeros(self.ntr, dtype=bool)
+        in_s[U] = True
+        bad_rows = rows[~final & ~at_head]
+        in_s[U[bad_rows]] = False
+        pend = ~final & at_head
+        while True:  # drop heads waiting for a head that is not settled with them
+            drop = pend & in_s[U[rows]] & ~in_s[st]
+            if not drop.any():
+                break
+            in_s[U[rows[drop]]] = False
+        sel = in_s[U]
+        if not sel.any():
+            return None
+        Ss, hs = U[sel], h[sel]
+        row_of = np.full(self.ntr, -1, dtype=np.int64)
+        row_of[Ss] = np.arange(len(Ss))
+        keep = in_s[U[rows]]
+        r_e = row_of[U[rows[keep]]]
+        e_k, fin_k = eidx[keep], final[keep]
+        own = self.xb[hs].copy()
+        np.maximum.at(own, r_e[fin_k], self.T[self.src[e_k[fin_k]]] + self.lag[e_k[fin_k]])
+        r_p = r_e[~fin_k]
+        src_row = row_of[self.strk[e_k[~fin_k]]]
+        lag_p = self.lag[e_k[~fin_k]]
+        Ch = self.C[hs]
+        Mprev = np.where(hs > ptr[Ss], self.M[np.maximum(hs - 1, 0)], -np.inf)
+        Mh = np.maximum(Mprev, own - Ch)
+        Th = Ch + Mh
+        for _ in range(10_000):
+            x = own.copy()
+            np.maximum.at(x, r_p, Th[src_row] + lag_p)
+            Mn = np.maximum(Mprev, x - Ch)
+            Tn = Ch + Mn
+            if np.array_equal(Tn, Th):
+                break
+            Mh, Th = Mn, Tn
+        else:
+            raise AssertionError("schedule does not converge: the dependency graph has a cycle")
+        self.M[hs] = Mh
+        self.T[self.order[hs]] = Th
+        f[Ss] = hs + 1
+        self.ep[Ss] = e_hi[sel]
+        woke = Ss.tolist()
+        for s in Ss.tolist():
+            woke.extend(self._wake(s))
+        return woke
+
+    # -- fallback: rescan until nothing moves ------------------------------------------------
+    def _rescan(self, npts: int, max_passes: int = 100_000) -> tuple[np.ndarray, int]:
+        ptr, order, C = self.ptr, self.order, self.C
+        T = np.full(npts, -np.inf)
+        M = np.full(len(order), -np.inf)
+        xcur = np.full(len(order), -np.inf)
+        passes = 0
+        while True:
+            moved = False
+            for t in range(self.ntr):
+                a, b = int(ptr[t]), int(ptr[t + 1])
+                if a == b:
+                    continue
+                lo, hi = int(self.ebounds[t]), int(self.ebounds[t + 1])
+                xs = self.xb[a:b].copy()
+                if lo < hi:
+                    np.maximum.at(xs, self.dpos[lo:hi] - a, T[self.src[lo:hi]] + self.lag[lo:hi])
+                grew = np.flatnonzero(xs > xcur[a:b])
+                if not len(grew):
+                    continue
+                xcur[a:b] = xs
+                k0 = a + int(grew[0])
+                m = np.maximum.accumulate(xs[k0 - a:] - C[k0:b])
+                if k0 > a:
+                    np.maximum(m, M[k0 - 1], out=m)
+                M[k0:b] = m
+                new = C[k0:b] + m
+                if not np.array_equal(new, T[order[k0:b]]):
+                    moved = True
+                T[order[k0:b]] = new
+            passes += 1
+            if not moved:
+                self.T, self.M = T, M
+                return T, passes
+            assert passes < max_passes, "schedule does not converge: the dependency graph has a cycle"
 
 
 def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
@@ -75,59 +284,23 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     w = chain_lags(g, dur)
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
-    ntr = len(g.track_ptr) - 1
-    ptr = g.track_ptr
-    T = np.full(npts, -np.inf)
-    xpos = g.base[order].copy()  # inputs per position; grows as sources move
-
-    # edges grouped by destination track, positions sorted
-    dpos = pos[g.dst_pt] if len(g.dst_pt) else np.zeros(0, dtype=np.int64)
-    dtrack = np.searchsorted(ptr, dpos, side="right") - 1
-    eo = np.argsort(dtrack, kind="stable")
-    ebounds = np.searchsorted(dtrack[eo], np.arange(ntr + 1))
-    e_src, e_dpos, e_lag = g.src_pt[eo], dpos[eo], g.lag[eo]
-
+    solver = _Solver(g, w, pos)
     use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
     res_x = np.full(npts, -np.inf)
-    base_pos = g.base[order].copy()
-
-    # initial pass: base times only
-    for t in range(ntr):
-        if ptr[t] < ptr[t + 1]:
-            _scan(T, order, w, xpos, ptr[t], ptr[t], ptr[t + 1])
-    passes = 1
+    T, passes = solver.run(solver.base_pos, npts)
+    e_src, e_dpos, e_lag, eo = solver.src, solver.dpos, solver.lag, solver.eo
+    sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order, None)
     for _outer in range(1000):
-        while True:
-            moved = False
-            for t in range(ntr):  # loop over tracks (few)
-                a, b = ptr[t], ptr[t + 1]
-                lo, hi = ebounds[t], ebounds[t + 1]
-                if lo == hi and not use_res:
-                    continue
-                xs = np.maximum(base_pos[a:b], res_x[order[a:b]]) if use_res else base_pos[a:b].copy()
-                if lo < hi:
-                    np.maximum.at(xs, e_dpos[lo:hi] - a, T[e_src[lo:hi]] + e_lag[lo:hi])
-                grew = np.flatnonzero(xs > xpos[a:b])
-                if not len(grew):
-                    continue
-                xpos[a:b] = xs
-                k0 = a + int(grew[0])
-                before = T[order[k0:b]].copy()
-                _scan(T, order, w, xpos, a, k0, b)
-                if not np.array_equal(before, T[order[k0:b]]):
-                    moved = True
-            passes += 1
-            if not moved:
-                break
-            assert passes < max_passes, "schedule does not converge: the dependency graph has a cycle"
         if not use_res:
             break
-        sched = _bindings(g, T, w, pos, e_src, e_dpos, e_lag, eo, order, res_x)
         new_res = _resource_starts(sched.peer_ready, dur, resource, capacity)  # type: ignore[arg-type]
         if np.array_equal(new_res, res_x):
             break
         res_x = np.maximum(res_x, new_res)
-    sched = _bindings(g, T, w, pos, e_src, e_dpos, e_lag, eo, order, res_x)
+        T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts)
+        passes += p
+        sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order,
+                          res_x)
     sched.passes = passes
     return sched
 
@@ -153,68 +326,81 @@ def _resource_starts(ready: np.ndarray, dur: np.ndarray, resource: np.ndarray,
     return out
 
 
-def _bindings(g: Graph, T: np.ndarray, w: np.ndarray, pos: np.ndarray, e_src: np.ndarray,
-              e_dpos: np.ndarray, e_lag: np.ndarray, eo: np.ndarray, order: np.ndarray, res_x: np.ndarray) -> Schedule:
-    npts = len(T)
-    chain = np.full(npts, -np.inf)
-    first = np.zeros(len(order), dtype=bool)
-    first[g.track_ptr[:-1][g.track_ptr[:-1] < len(order)]] = True
-    prevT = np.empty(len(order))
-    prevT[0:1] = -np.inf
-    prevT[1:] = T[order[:-1]]
-    cv = np.where(first, -np.inf, prevT + w)
-    chain[order] = cv
-    prev_pt = np.full(npts, -1, dtype=np.int64)
-    pp = np.full(len(order), -1, dtype=np.int64)
-    pp[1:] = order[:-1]
-    pp[first] = -1
-    prev_pt[order] = pp
+def _bindings(g: Graph, T: np.ndarray, Tpos: np.ndarray, w: np.ndarray, pos: np.ndarray,
+              e_src: np.ndarray, e_dpos: np.ndarray, e_lag: np.ndarray, eo: np.ndarray,
+              order: np.ndarray, res_x: np.ndarray | None) -> Schedule:
+    """What bound each point; worked per position (``Tpos = T[order]``), scattered at the end."""
+    npts, L = len(T), len(order)
+    starts = g.track_ptr[:-1][g.track_ptr[:-1] < L]
+    chain = np.empty(L)
+    chain[:1] = -np.inf
+    np.add(Tpos[:-1], w[1:], out=chain[1:])
+    chain[starts] = -np.inf
 
     etype = g.etype[eo]
-    dst_pt = order[e_dpos] if len(e_dpos) else np.zeros(0, dtype=np.int64)
     val = T[e_src] + e_lag
     own_e = etype != _COLL
-    best = np.full(npts, -np.inf)
-    np.maximum.at(best, dst_pt[own_e], val[own_e])
-    best_src = np.full(npts, -1, dtype=np.int64)
-    best_typ = np.full(npts, BOUND_NONE, dtype=np.int64)
-    hit = own_e & (val >= best[dst_pt])
-    best_src[dst_pt[hit]] = e_src[hit]
-    best_typ[dst_pt[hit]] = etype[hit]
+    best = np.full(L, -np.inf)
+    np.maximum.at(best, e_dpos[own_e], val[own_e])
 
-    ready = np.maximum(np.maximum(chain, best), g.base)
-    bound = np.full(npts, BOUND_NONE, dtype=np.int64)
-    bsrc = np.full(npts, -1, dtype=np.int64)
-    is_edge = best >= ready - _TOL
-    bound[is_edge] = best_typ[is_edge]
-    bsrc[is_edge] = best_src[is_edge]
-    is_chain = chain >= ready - _TOL
-    bound[is_chain] = BOUND_CHAIN
-    bsrc[is_chain] = prev_pt[is_chain]
+    ready_p = np.maximum(chain, best)
+    np.maximum(ready_p, g.base[order], out=ready_p)
+    bound_p = np.full(L, BOUND_NONE, dtype=np.int64)
+    bsrc_p = np.full(L, -1, dtype=np.int64)
+    thr = ready_p - _TOL
+    hit = own_e & (val >= best[e_dpos])
+    hit &= best[e_dpos] >= thr[e_dpos]  # the edge's destination is bound by an edge
+    bound_p[e_dpos[hit]] = etype[hit]
+    bsrc_p[e_dpos[hit]] = e_src[hit]
+    k = np.flatnonzero(chain >= thr)
+    del thr, chain, best
+    bound_p[k] = BOUND_CHAIN
+    bsrc_p[k] = order[k - 1]
+    if len(k) and len(starts):
+        bsrc_p[k[np.isin(k, starts)]] = -1
+
+    def scatter(a: np.ndarray, fill: float) -> np.ndarray:
+        out = np.full(npts, fill, dtype=a.dtype) if L != npts else np.empty(npts, dtype=a.dtype)
+        out[order] = a
+        return out
+
+    ready = scatter(ready_p, -np.inf)
+    if L != npts:
+        missing = np.ones(npts, dtype=bool)
+        missing[order] = False
+        ready[missing] = g.base[missing]
+    del ready_p
+    bound = scatter(bound_p, BOUND_NONE)
+    del bound_p
+    bsrc = scatter(bsrc_p, -1)
+    del bsrc_p
 
     own_bound, own_src = bound.copy(), bsrc.copy()
     # collectives: waiting past the own ready time for the last rank to arrive
     peer = ready.copy()
-    bound_late = np.full(npts, -1, dtype=np.int64)
+    n = len(T) // 2
+    coll_wait = np.zeros(n)
     members = np.flatnonzero(g.coll_group >= 0)
     if len(members):
         grp = g.coll_group[members]
         gl = np.full(int(grp.max()) + 1, -np.inf)
-        np.maximum.at(gl, grp, ready[2 * members])
+        r_m = ready[2 * members]
+        np.maximum.at(gl, grp, r_m)
         lp = np.full(len(gl), -1, dtype=np.int64)
-        last = ready[2 * members] >= gl[grp]
+        last = r_m >= gl[grp]
         lp[grp[last]] = 2 * members[last]
         peer[2 * members] = gl[grp]
-        bound_late[2 * members] = lp[grp]
-    coll_wait = (peer[0::2] - ready[0::2]).clip(0)
-    waited = np.flatnonzero(peer > ready + _TOL)
-    bound[waited] = _COLL
-    bsrc[waited] = bound_late[waited]
-    queued = np.flatnonzero(res_x > peer + _TOL)
-    bound[queued] = BOUND_RESOURCE
-    bsrc[queued] = -1
-    queue = (T[0::2] - peer[0::2]).clip(0)
-    queue[res_x[0::2] <= peer[0::2] + _TOL] = 0.0
+        coll_wait[members] = (gl[grp] - r_m).clip(0)
+        waited = gl[grp] > r_m + _TOL
+        bound[2 * members[waited]] = _COLL
+        bsrc[2 * members[waited]] = lp[grp[waited]]
+    queue = np.zeros(n)
+    if res_x is not None:
+        queued = np.flatnonzero(res_x > peer + _TOL)
+        bound[queued] = BOUND_RESOURCE
+        bsrc[queued] = -1
+        queue = (T[0::2] - peer[0::2]).clip(0)
+        queue[res_x[0::2] <= peer[0::2] + _TOL] = 0.0
     sched = Schedule(T=T, w=w, pos=pos, ready=ready, bound=bound, bound_src=bsrc,
                      coll_wait=coll_wait, queue=queue, passes=0)
     sched.peer_ready = peer
