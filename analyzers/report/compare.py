@@ -130,14 +130,14 @@ def compare_runs(base: RunData, new: RunData, *, metric: str = "step_time",
 def verdict(c: Comparison) -> str:
     g = c.gate
     limit = f"threshold {fmt.pct(c.threshold)}"
-    change = f"{fmt.us(g.a)} → {fmt.us(g.b)} µs ({fmt.signed_pct(g.rel)})"
+    change = f"{fmt.us(g.a)} → {fmt.us(g.b)} µs ({fmt.us_rel(g.a, g.b)})"
     if c.regressed:
         return f"❌ **Regression**: {c.metric} {change} exceeds the {limit}."
     return f"✅ **No regression**: {c.metric} {change} is within the {limit}."
 
 
 def _delta_row(d: Delta, step_us: float) -> list[str]:
-    return [d.name, fmt.us(d.a), fmt.us(d.b), fmt.signed_us(d.delta), fmt.ratio(d.ratio),
+    return [d.name, fmt.us(d.a), fmt.us(d.b), fmt.signed_us(d.delta), fmt.us_ratio(d.a, d.b),
             fmt.signed_pct(d.delta / step_us) if step_us else "–"]
 
 
@@ -161,7 +161,7 @@ def compare_blocks(c: Comparison) -> list[Block]:
                 if len(c.analyses) > len(shown) else "")
         blocks += [Heading(3, "Analyzer tables (µs columns summed over rows)"),
                    Table(["analyzer.column", a_name, b_name, "Δ µs", "ratio", "change"],
-                         [_delta_row(d, step_a)[:5] + [fmt.signed_pct(d.rel)] for d in shown],
+                         [_delta_row(d, step_a)[:5] + [fmt.us_rel(d.a, d.b)] for d in shown],
                          ["l", "r", "r", "r", "r", "r"],
                          note)]
     for label, run in ((a_name, c.base), (b_name, c.new)):

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import math
 
+#: Durations below this many µs (1 ps) are float noise of sums that cancel; shown as 0, and a
+#: ratio or relative change against such a baseline is shown as "–".
+NOISE_US = 1e-6
+
+
+def is_noise_us(x: float | None) -> bool:
+    """True for a duration (µs) that is zero up to float noise."""
+    return x is not None and not math.isnan(x) and abs(x) < NOISE_US
+
 
 def us(x: float) -> str:
     """Microseconds with one decimal and thousands separators: ``1,440.0``."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
-    return f"{x:,.1f}"
+    return f"{0.0 if is_noise_us(x) else x:,.1f}"
 
 
 def pct(x: float) -> str:
@@ -26,13 +35,34 @@ def signed_pct(x: float) -> str:
 
 
 def signed_us(x: float) -> str:
-    return "–" if x is None or math.isnan(x) else f"{x:+,.1f}"
+    if x is None or math.isnan(x):
+        return "–"
+    return "0.0" if is_noise_us(x) else f"{x:+,.1f}"
 
 
 def ratio(x: float) -> str:
     if x is None or math.isnan(x) or math.isinf(x):
         return "–"
     return f"{x:.2f}×"
+
+
+def us_ratio(a: float, b: float) -> str:
+    """``b / a`` of two durations (µs); "–" when the baseline ``a`` is zero up to noise (a
+    ratio of float noise means nothing) and 1.00× when both are."""
+    if a is None or b is None or math.isnan(a) or math.isnan(b):
+        return "–"
+    if is_noise_us(a):
+        return ratio(1.0) if is_noise_us(b) else "–"
+    return ratio(b / a)
+
+
+def us_rel(a: float, b: float) -> str:
+    """Relative change ``(b - a) / a`` of two durations (µs), "–" against a ~zero baseline."""
+    if a is None or b is None or math.isnan(a) or math.isnan(b):
+        return "–"
+    if is_noise_us(a):
+        return signed_pct(0.0) if is_noise_us(b) else "–"
+    return signed_pct((b - a) / a)
 
 
 def nbytes(x: float) -> str:

@@ -30,14 +30,21 @@ OUTPUT_OPTION = typer.Option(None, "-o", "--output",
                              help="Write to this file instead of stdout (needed for parquet).")
 
 
-def _cell(value: object) -> str:
+#: Float noise of sums that cancel: below this a value shows as 0. Columns in µs (named
+#: ``*_us``) use 1e-6 µs (1 ps, far below any timed event); other columns (fractions, rates such
+#: as a 1e-7 loss rate) keep everything above 1e-9.
+NOISE = 1e-9
+NOISE_US = 1e-6
+
+
+def _cell(value: object, noise: float = NOISE) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
-        if abs(value) < 1e-9:
-            return "0"  # float noise of sums that cancel
+        if abs(value) < noise:
+            return "0"
         if abs(value) >= 1e15 or abs(value) < 1e-3:
             return f"{value:.4g}"
         return f"{value:,.3f}".rstrip("0").rstrip(".")
@@ -55,7 +62,9 @@ def _clip(text: str, width: int | None) -> str:
 def _cells(table: pa.Table, max_rows: int | None,
            width: int | None = None) -> tuple[list[list[str]], int]:
     shown = table if max_rows is None else table.slice(0, max_rows)
-    cols = [[_clip(_cell(v), width) for v in c.to_pylist()] for c in shown.columns]
+    cols = [[_clip(_cell(v, NOISE_US if name.endswith("_us") else NOISE), width)
+             for v in c.to_pylist()] for name, c in zip(shown.column_names, shown.columns,
+                                                         strict=True)]
     rows = [list(r) for r in zip(*cols, strict=True)] if cols else []
     return rows, table.num_rows - shown.num_rows
 

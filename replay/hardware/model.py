@@ -9,7 +9,12 @@ Which events are priced:
   ``auto`` picks scaled when a source is known and device work was measured, else roofline;
   the notes say which and why. Work without flops/bytes keeps its measured time (x the
   target/source peak ratio of its kind when a source is known).
-- collectives and p2p: alpha-beta(-gamma) from their bytes (`collectives`); NIC posts are host
+- collectives and p2p: alpha-beta(-gamma) from their bytes (`collectives`) in every mode,
+  ``scaled`` included: a measured collective is never carried over or scaled, so replaying a
+  trace on the hardware it was measured on keeps its compute but re-costs its communication
+  with the target's algorithms (e.g. hierarchical AllReduce, (p-1) alpha for a direct
+  all-to-all, HARDWARE.md 2.4), posts and link pool; the step time then differs from an
+  as-measured replay by however much those differ from what was measured. NIC posts are host
   time; with a loss rate, retransmissions are retry time (`retries`). Each priced collective
   holds one unit of its rank's pool; the scheduler records the wait as queueing. Link sharing
   (``comm.link_sharing``): ``fifo`` (default) admits one collective per rank at a time, each at
@@ -36,7 +41,7 @@ from replay.hardware import collectives as coll_mod
 from replay.hardware.compute import (GEMM_KINDS, kind_mask, ROOFLINE_KINDS, is_link_copy, kind_codes,
                                      peak_flop_per_us, roofline, zipf_hit_ratio)
 from replay.hardware.retries import retry_costs, rto_us
-from replay.hardware.source import tagged_source
+from replay.hardware.source import ADVICE, tagged_source
 from replay.hardware.spec import PATH_KEYS, REQUIRED_KEYS, HardwareSpec, load_spec
 
 MODES = ("auto", "roofline", "scaled")
@@ -164,9 +169,9 @@ class HardwareModel:
         measured = not cpu_only and wdur > 0
         mode = self.mode
         if mode == "scaled" and source is None:
+            why = source_why.removesuffix(ADVICE) or "no source given"
             raise UsageError("--mode scaled: the hardware the trace was measured on is unknown "
-                             f"({source_why or 'no source given'}); pass --source-hw NAME "
-                             "(e.g. h100) or use --mode roofline")
+                             f"({why}); pass --source-hw NAME (e.g. h100) or use --mode roofline")
         if mode == "auto":
             mode = "scaled" if source is not None and measured else "roofline"
             why = (f"source {source.name} ({source_why}) and measured device work: measured "
@@ -178,6 +183,8 @@ class HardwareModel:
         notes["mode"] = mode
         notes["source_hw"] = source.name if source is not None else None
         notes["source_hw_reason"] = source_why
+        notes["collective_costing"] = ("alpha-beta on the target in every mode (measured "
+                                       "collective durations are not scaled)")
         notes["priced_work_events"] = int(priced.sum())
         notes["unpriced_work_events"] = int((work & ~has_data).sum())
 

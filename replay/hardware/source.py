@@ -16,6 +16,8 @@ import pyarrow as pa
 SOURCE_KEY = b"mtia_trace.source_hw"
 #: ... and why that source (flag or detection), for the run's notes.
 WHY_KEY = b"mtia_trace.source_hw_reason"
+#: The advice ending a "no source" reason (the scaled-mode error gives its own).
+ADVICE = "; pass --source-hw NAME for scaled costing"
 
 #: Device-name patterns -> bundled spec. Synth traces write the spec description's head
 #: ("NVIDIA H100 SXM cluster", "Meta MTIA 300"), real Kineto traces the CUDA/MTIA device name.
@@ -80,9 +82,9 @@ def resolve_source(trace: object, given: str | None = None) -> tuple[str | None,
     if src:
         return src, f"detected from deviceProperties ({', '.join(names)})"
     if names:
-        return None, (f"deviceProperties name no bundled spec ({', '.join(names[:3])}); "
-                      "pass --source-hw NAME for scaled costing")
-    return None, "trace declares no deviceProperties; pass --source-hw NAME for scaled costing"
+        return None, (f"deviceProperties match no bundled spec ({', '.join(names[:3])})"
+                      + ADVICE)
+    return None, "trace declares no deviceProperties" + ADVICE
 
 
 def with_source(trace: object, given: str | None = None) -> tuple[pa.Table, str | None, str]:
