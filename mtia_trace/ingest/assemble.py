@@ -35,7 +35,7 @@ _KEY = np.int64(1) << np.int64(40)
 
 def _isin(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
     """Hash-based membership for object arrays (np.isin sorts Python objects)."""
-    return pd.Series(values, copy=False).isin(choices).to_numpy()
+    return pd.Series(values, dtype=object, copy=False).isin(choices).to_numpy()
 
 
 def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
@@ -255,7 +255,7 @@ def _first_of_each(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _arg_floats(present: list[Any], attr: str) -> np.ndarray:
     """One numeric arg of the rows that have args, NaN where absent."""
-    return np.array([getattr(a, attr) for a in present], dtype=np.float64)
+    return np.array(list(map(attrgetter(attr), present)), dtype=np.float64)
 
 
 def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
@@ -269,7 +269,7 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     n = len(kind)
     flops, rd, wr = np.zeros(n), np.zeros(n), np.zeros(n)
     dtype = np.full(n, None, dtype=object)
-    arg_rows = np.flatnonzero(pd.Series(args, copy=False).notna().to_numpy())
+    arg_rows = np.flatnonzero(pd.Series(args, dtype=object, copy=False).notna().to_numpy())
     with_args = np.zeros(n, dtype=bool)
     with_args[arg_rows] = True
     shape_kind = _isin(kind, _SHAPE_KINDS)
@@ -311,8 +311,9 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         if kind[i] == "memcpy":
             rd[i] = b
     dev_dtype = _name_mask(cols, lambda s: _MTIA_DTYPE.search(s) is not None)
-    for i in np.flatnonzero(is_dev & dev_dtype & pd.isna(dtype)).tolist():
-        dtype[i] = _MTIA_DTYPE.search(name[i]).group(1)
+    for i in np.flatnonzero(is_dev & dev_dtype).tolist():
+        if dtype[i] is None:
+            dtype[i] = _MTIA_DTYPE.search(name[i]).group(1)
     cols.update(flops=flops, bytes_read=rd, bytes_written=wr, dtype=dtype)
 
 

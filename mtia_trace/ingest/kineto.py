@@ -55,8 +55,8 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _int_or(values: list[Any], fill: int) -> np.ndarray:
-    return pa.array(values, type=pa.int64(), from_pandas=True).fill_null(fill).to_numpy().copy()
+def _int_or(values: list[int | None], fill: int) -> np.ndarray:
+    return np.array([fill if v is None else v for v in values], dtype=np.int64)
 
 
 def _as_int(v: Any) -> int | None:
@@ -250,6 +250,6 @@ def read_file(path: Path) -> RawFile:
         "ts_us": ts,
         "dur_us": dur,
         "correlation": correlation,
-        "external_id": _int_or(external, -1),
+        "external_id": external,
     }
     return RawFile(info=info, cols=cols, args=args, warnings=warnings)
