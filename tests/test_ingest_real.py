@@ -123,6 +123,14 @@ def test_mtia_job_descriptor_dmas_link_to_their_run_function() -> None:
             "runFunction - job_prep_and_submit_for_execution").all()
     assert (linked.groupby("launch_id").size() == 3).all()
     assert set(linked["launch_id"]) == set(kernels["launch_id"])
+    # the only overlaps on a device queue are DMAs of one job's burst running concurrently
+    dev = ev[ev["is_device"]].sort_values(["track", "ts_us"])
+    same = dev["track"].to_numpy()[1:] == dev["track"].to_numpy()[:-1]
+    end = (dev["ts_us"] + dev["dur_us"]).to_numpy()
+    over = np.flatnonzero(same & (dev["ts_us"].to_numpy()[1:] < end[:-1] - 1e-3))
+    launch = dev["launch_id"].to_numpy()
+    assert len(over) == len(kernels)
+    assert (launch[over] == launch[over + 1]).all() and (launch[over] >= 0).all()
 
 
 def test_mtia_tbe_bytes_from_shapes() -> None:
