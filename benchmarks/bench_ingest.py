@@ -99,8 +99,8 @@ def main() -> None:
             mb = len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
             runs: dict[str, list[dict]] = {"orjson": [], "ingest": []}
             for _ in range(args.repeat):
-                for mode in runs:
-                    runs[mode].append(_measure(mode, path))
+                for mode, got in runs.items():
+                    got.append(_measure(mode, path))
             floor, ing = ({"s": min(r["s"] for r in rs), "cpu": min(r["cpu"] for r in rs),
                            "rss_mb": max(r["rss_mb"] for r in rs), "n": rs[0]["n"]}
                           for rs in runs.values())

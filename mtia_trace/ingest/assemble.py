@@ -167,9 +167,9 @@ def _mtia_wait_corr(cols: dict[str, Any], args: np.ndarray, sync_corr: np.ndarra
 
     The wait gets the record's correlation id (records without one stay unlinked).
     """
-    name, is_dev, rank, device = cols["name"], cols["is_device"], cols["rank"], cols["device"]
-    recs = np.flatnonzero(is_dev & (name == "event_record") & (cols["correlation"] >= 0))
-    waits = np.flatnonzero(is_dev & (name == "event_wait") & (sync_corr < 0))
+    is_dev, rank, device = cols["is_device"], cols["rank"], cols["device"]
+    recs = np.flatnonzero(is_dev & (cols["name"] == "event_record") & (cols["correlation"] >= 0))
+    waits = np.flatnonzero(is_dev & (cols["name"] == "event_wait") & (sync_corr < 0))
     if not len(recs) or not len(waits):
         return
     by_key = {}
@@ -189,7 +189,7 @@ def _mtia_wait_corr(cols: dict[str, Any], args: np.ndarray, sync_corr: np.ndarra
 
 
 def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    kind, name, is_dev, launch = cols["kind"], cols["name"], cols["is_device"], cols["launch_id"]
+    kind, is_dev, launch = cols["kind"], cols["is_device"], cols["launch_id"]
     n = len(kind)
     sync_stream = np.full(n, -1, dtype=np.int64)
     sync_corr = np.full(n, -1, dtype=np.int64)

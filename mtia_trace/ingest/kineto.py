@@ -8,6 +8,7 @@ else is counted and reported, never silently dropped.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -16,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
@@ -78,6 +78,14 @@ _PH = attrgetter("ph")
 _META = attrgetter("name", "pid", "tid", "args")
 
 
+def _pick(events: list[Event], ph_code: np.ndarray, ph_uniq: list[str], *phs: str) -> list[Event]:
+    """The events whose phase is one of `phs`, in file order."""
+    codes = [ph_uniq.index(p) for p in phs if p in ph_uniq]
+    if not codes:
+        return []
+    return [events[i] for i in np.flatnonzero(np.isin(ph_code, codes)).tolist()]
+
+
 def _thread_names(meta: list[Event]) -> dict[tuple[Any, Any], list[str]]:
     """(pid, tid) -> distinct thread names; metadata events repeat massively, so dedupe first."""
     threads = [e for e in meta if e.name == "thread_name"]
@@ -91,7 +99,7 @@ def _thread_names(meta: list[Event]) -> dict[tuple[Any, Any], list[str]]:
 
 def _none(v: Any) -> Any:
     """pandas turns None into NaN among factorized uniques; turn it back."""
-    return None if v is None or (isinstance(v, float) and v != v) else v
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
 def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], list[str]]
@@ -126,16 +134,9 @@ def read_file(path: Path) -> RawFile:
     ph_uniq = list(ph_uniq)
     phases = dict(zip(ph_uniq, np.bincount(ph_code, minlength=len(ph_uniq)).tolist()))
 
-    def pick(*phs: str) -> list[Event]:
-        codes = [ph_uniq.index(p) for p in phs if p in ph_uniq]
-        if not codes:
-            return []
-        idx = np.flatnonzero(np.isin(ph_code, codes))
-        return [events[i] for i in idx.tolist()]
-
-    rows = pick("X", "i", "I")
-    thread_names = _thread_names(pick("M"))
-    flow_events = pick("s", "f")
+    rows = _pick(events, ph_code, ph_uniq, "X", "i", "I")
+    thread_names = _thread_names(_pick(events, ph_code, ph_uniq, "M"))
+    flow_events = _pick(events, ph_code, ph_uniq, "s", "f")
     del events, ph_code
     n = len(rows)
     if n == 0:
