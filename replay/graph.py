@@ -357,26 +357,46 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     notes["collectives_matched"] = int(len(np.unique(coll_group[coll_group >= 0])))
 
     # ---- ready lag of device events ----------------------------------------------------------
-    ready = np.full(n, -np.inf)
     prev_dev = np.full(n, -1, dtype=np.int64)
+    # stream order: by start, and at equal starts the shorter first (a zero-length wait marker
+    # starting with a kernel ran before it; the table sorts longer first, for host nesting)
+    chain_ids: dict[int, np.ndarray] = {}
     for t in range(ntr):
         if tr_chain[t]:
             ids = np.arange(runs[t], runs[t + 1])
             ids = ids[~dev_marker[ids]]
+            ids = ids[np.lexsort((dur[ids], ts[ids]))]
+            chain_ids[t] = ids
             prev_dev[ids[1:]] = ids[:-1]
     hp = prev_dev >= 0
-    ready[hp] = end[prev_dev[hp]]
-    np.maximum.at(ready, dst_launch, ts[launch[has_launch]])
-    if len(enq_dst):
-        np.maximum.at(ready, enq_dst, ts[enq_src])
-    if len(dsync_dst_a):
-        np.maximum.at(ready, dsync_dst_a, end[dsync_src_a])
+    # Device sync markers (Stream Wait Event, event_wait / event_record, host-wait markers) are
+    # not work: they are costed zero (replay.run), so a marker ends where it starts, at
+    # max(measured start, its inputs' ends), whatever its measured duration (CUDA: the host API
+    # call; MTIA event_wait: the wait itself). Later events measure their ready lag from that end,
+    # so a wait is neither lost nor counted twice. Runs of consecutive markers resolve in turn.
+    dsync_ev = is_dev & is_sync_kind & ~dev_marker
+    cap = np.inf if max_ready_lag_us is None else max_ready_lag_us
+    end_in = end
+    for _ in range(n + 1):
+        ready = np.full(n, -np.inf)
+        ready[hp] = end_in[prev_dev[hp]]
+        np.maximum.at(ready, dst_launch, ts[launch[has_launch]])
+        if len(enq_dst):
+            np.maximum.at(ready, enq_dst, ts[enq_src])
+        if len(dsync_dst_a):
+            np.maximum.at(ready, dsync_dst_a, end_in[dsync_src_a])
+        fin = np.isfinite(ready)
+        mend = np.where(fin, ready + np.clip(ts - np.where(fin, ready, 0.0), 0.0, cap), ts)
+        nxt = np.where(dsync_ev, mend, end)
+        if np.array_equal(nxt, end_in):
+            break
+        end_in = nxt
     ready_lag = np.where(np.isfinite(ready), ts - ready, 0.0)
     ready_lag[~streamlike] = 0.0
     ready_lag[dev_marker] = 0.0
     # a start before its inputs ended (overlapping ops on one stream) is a trace anomaly; it is
-    # counted and replayed without the overlap
-    notes["device_starts_before_inputs"] = int((ready_lag < -1e-6).sum())
+    # counted and replayed without the overlap (a wait marker starts before its input by design)
+    notes["device_starts_before_inputs"] = int(((ready_lag < -1e-6) & ~dsync_ev).sum())
     ready_lag = np.maximum(ready_lag, 0.0)
     if max_ready_lag_us is not None:
         capped = streamlike & (ready_lag > max_ready_lag_us)
@@ -409,7 +429,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         ids = np.arange(a, b)
         chain_dev.append(bool(tr_chain[t]))
         if tr_chain[t]:
-            ids = ids[~dev_marker[a:b]]
+            ids = chain_ids[t]
             pts = np.empty(2 * len(ids), dtype=np.int64)
             pts[0::2] = 2 * ids
             pts[1::2] = 2 * ids + 1
