@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: The per-event cost components; they sum to `EventCosts.dur_us`.
 COMPONENTS: tuple[str, ...] = ("compute", "fetch", "collective", "retry", "host")
@@ -63,8 +64,20 @@ class CostModel(Protocol):
         ...
 
 
+def device_waits(events: pa.Table) -> np.ndarray:
+    """Device sync markers (kind ``sync`` on a device: ``cuda_sync`` Stream Wait Event and the
+    host-wait markers, MTIA ``event_wait`` / ``event_record``). They are not work: their measured
+    duration is either a host API call (CUDA) or the wait itself (MTIA), and the graph produces the
+    wait from the dependency, so they cost nothing."""
+    kind = events.column("kind")
+    m = pc.equal(kind, "sync").fill_null(False)
+    m = pc.and_(m, events.column("is_device").fill_null(False))
+    return m.to_numpy(zero_copy_only=False).astype(bool)
+
+
 def split_by_kind(events: pa.Table, dur_us: np.ndarray) -> EventCosts:
-    """Assign each event's whole duration to the component its kind implies."""
+    """Assign each event's whole duration to the component its kind implies; device sync markers
+    (`device_waits`) get none: waiting is not a cost, the graph produces it."""
     kind = events.column("kind").to_numpy(zero_copy_only=False).astype(str)
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
     n = len(kind)
@@ -73,7 +86,7 @@ def split_by_kind(events: pa.Table, dur_us: np.ndarray) -> EventCosts:
     comm = np.isin(kind, ["collective", "p2p"])
     fetch = np.isin(kind, ["memcpy", "memset", "embedding"])
     host = ~is_dev & ~comm & ~fetch
-    comp = ~(comm | fetch | host)
+    comp = ~(comm | fetch | host | device_waits(events))
     c.collective_us[comm] = dur_us[comm]
     c.fetch_us[fetch] = dur_us[fetch]
     c.host_us[host] = dur_us[host]

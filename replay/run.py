@@ -1,9 +1,10 @@
 """The public entry point: replay a canonical events table on a cost model.
 
-Costing sees the events with two measured durations corrected first, so a model prices work and
+Costing sees the events with three measured durations corrected first, so a model prices work and
 not waiting: a matched collective instance's duration becomes its transfer part (own end − last
-rank's arrival) and a host synchronize call's duration becomes its return latency. The wait in
-both comes back out of the graph.
+rank's arrival), a host synchronize call's duration becomes its return latency, and a device sync
+marker (``cuda_sync`` Stream Wait Event, MTIA ``event_wait`` / ``event_record``) costs nothing. The
+wait in all three comes back out of the graph.
 
 Overlap slowdown (`CostModel.overlap_slowdown`, s > 0): after a first schedule, each device
 compute event's compute part is stretched by ``s × (fraction of it overlapping communication on
@@ -19,7 +20,7 @@ import pyarrow as pa
 
 from mtia_trace import schema
 from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
-from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
+from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts, device_waits
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import Graph, _is_in, build_graph
 from replay.result import ReplayResult
@@ -35,6 +36,7 @@ def _costing_input(events: pa.Table, g: Graph) -> pa.Table:
     dur[m] = g.transfer_us[m]
     m = np.isfinite(g.sync_lag)
     dur[m] = g.sync_lag[m]
+    dur[device_waits(events)] = 0.0
     i = events.schema.get_field_index("dur_us")
     return events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))
 
