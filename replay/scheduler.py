@@ -98,7 +98,7 @@ class _Solver:
         self.base_pos = g.base[self.order]
 
     # -- the worklist -------------------------------------------------------------------------
-    def run(self, xb: np.ndarray, npts: int) -> tuple[np.ndarray, int]:
+    def run(self, xb: np.ndarray, npts: int, max_passes: int = 100_000) -> tuple[np.ndarray, int]:
         ptr, ntr = self.ptr, self.ntr
         self.xb = xb
         self.T = np.full(npts, -np.inf)
@@ -117,7 +117,7 @@ class _Solver:
                 return self.T, 1
             woke = self._settle_heads()
             if woke is None:
-                return self._rescan(npts)
+                return self._rescan(npts, max_passes)
             work.extend(woke)
 
     def _wake(self, s: int) -> list[int]:
@@ -224,10 +224,9 @@ class _Solver:
             x = own.copy()
             np.maximum.at(x, r_p, Th[src_row] + lag_p)
             Mn = np.maximum(Mprev, x - Ch)
-            Tn = Ch + Mn
-            if np.array_equal(Tn, Th):
+            if np.array_equal(Mn, Mh):
                 break
-            Mh, Th = Mn, Tn
+            Mh, Th = Mn, Ch + Mn
         else:
             raise AssertionError("schedule does not converge: the dependency graph has a cycle")
         self.M[hs] = Mh
@@ -287,7 +286,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     solver = _Solver(g, w, pos)
     use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
     res_x = np.full(npts, -np.inf)
-    T, passes = solver.run(solver.base_pos, npts)
+    T, passes = solver.run(solver.base_pos, npts, max_passes)
     e_src, e_dpos, e_lag, eo = solver.src, solver.dpos, solver.lag, solver.eo
     sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order, None)
     for _outer in range(1000):
@@ -297,7 +296,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
         if np.array_equal(new_res, res_x):
             break
         res_x = np.maximum(res_x, new_res)
-        T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts)
+        T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts, max_passes)
         passes += p
         sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order,
                           res_x)

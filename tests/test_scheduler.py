@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import copy
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.attribution import check_attribution
 from replay.costs import AsMeasured, split_by_kind
-from replay.graph import build_graph
+from replay.graph import Graph, build_graph
 from replay.run import replay_events
 from replay.scheduler import schedule
 from tests.replay_tables import dev, host, table
@@ -135,3 +138,84 @@ def test_costed_replay_attribution_sums(rows, scale):
     res = replay_events(table(rows), Scaled())
     check_attribution(res.steps)
     assert AsMeasured().name == "as-measured"
+
+
+def _solver(g, dur):
+    from replay.scheduler import _Solver, chain_lags
+
+    pos = np.empty(2 * g.n, dtype=np.int64)
+    pos[g.order] = np.arange(len(g.order))
+    return _Solver(g, chain_lags(g, dur), pos)
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces(), st.data())
+def test_worklist_equals_rescans_bit_for_bit(rows, data):
+    # every time depends only on its track's inputs, not on how the work was split
+    t = table(rows)
+    g = build_graph(t, max_ready_lag_us=None)
+    dur = t.column("dur_us").to_numpy() * np.array(
+        data.draw(st.lists(st.floats(0.2, 3.0), min_size=t.num_rows, max_size=t.num_rows)))
+    sv = _solver(g, dur)
+    T1, _ = sv.run(sv.base_pos, 2 * g.n)
+    M1 = sv.M.copy()
+    T2, _ = sv._rescan(2 * g.n)
+    assert np.array_equal(T1, T2)
+    assert np.array_equal(M1, sv.M)
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces(), st.integers(1, 2), st.data())
+def test_resource_pools(rows, cap, data):
+    """Device events of a rank share a pool of ``cap``: the schedule is the least one given the
+    queueing it found, and the same however the tracks were worked through."""
+    t = table(rows)
+    g = build_graph(t, max_ready_lag_us=None)
+    n = t.num_rows
+    dur = t.column("dur_us").to_numpy() * np.array(
+        data.draw(st.lists(st.floats(0.2, 3.0), min_size=n, max_size=n)))
+    is_dev = t.column("is_device").to_numpy(zero_copy_only=False)
+    rank = t.column("rank").to_numpy()
+    pooled = is_dev & np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    resource = np.where(pooled, rank, -1).astype(np.int32)
+    capacity = np.full(int(rank.max()) + 1, cap, dtype=np.int32)
+    s = schedule(g, dur, resource, capacity)
+    start = s.T[0::2]
+    assert (s.T[g.dst_pt] >= s.T[g.src_pt] + g.lag - 1e-9).all()
+    assert (s.queue[~pooled] == 0).all()
+    # the least schedule given the queueing: the reference with queued starts as base times
+    g2 = copy.copy(g)
+    g2.base = g.base.copy()
+    q = np.flatnonzero(s.queue > 0)
+    g2.base[2 * q] = np.maximum(g2.base[2 * q], start[q])
+    assert np.allclose(s.T, reference_schedule(g2, dur), rtol=0, atol=1e-9)
+    assert np.allclose(s.queue, (start - s.peer_ready[0::2]).clip(0) * (s.queue > 0), atol=1e-9)
+    sv = _solver(g, dur)
+    xb = g2.base[g.order]
+    T1, _ = sv.run(xb, 2 * g.n)
+    sv.xb = xb
+    T2, _ = sv._rescan(2 * g.n)
+    assert np.array_equal(T1, T2)
+
+
+def _two_tracks(lag_back: float) -> Graph:
+    """Two host tracks of one event each, joined in a cycle: end of 0 -> start of 1 and end of
+    1 -> start of 0 (with lag_back)."""
+    return Graph(n=2, order=np.arange(4), track_ptr=np.array([0, 2, 4]),
+                 track_is_device=np.zeros(2, dtype=bool), gap=np.zeros(4),
+                 leaf_end=np.array([False, True, False, True]),
+                 base=np.array([0.0, -np.inf, 5.0, -np.inf]),
+                 src_pt=np.array([1, 3]), dst_pt=np.array([2, 0]), lag=np.array([0.0, lag_back]),
+                 etype=np.zeros(2, dtype=np.int8), ready_lag=np.zeros(2), sync_lag=np.full(2, np.nan),
+                 coll_group=np.full(2, -1), transfer_us=np.full(2, np.nan), t0=0.0)
+
+
+def test_cycle_through_track_chains():
+    g = _two_tracks(0.0)
+    s = schedule(g, np.zeros(2))  # a zero-weight cycle: settles by rescans
+    assert np.array_equal(s.T, reference_schedule(g, np.zeros(2)))
+    assert np.array_equal(s.T, [5.0, 5.0, 5.0, 5.0])
+    with pytest.raises(AssertionError, match="cycle"):
+        schedule(g, np.ones(2), max_passes=50)
+    with pytest.raises(AssertionError, match="cycle"):
+        schedule(_two_tracks(1.0), np.zeros(2), max_passes=50)
