@@ -51,7 +51,32 @@ def test_every_rank_matches_its_peers(tw):
         assert g.coll_bytes_in.sum() == g.coll_bytes_out.sum()
         if g.coll_op.iloc[0] == "all_reduce":
             assert g.coll_bytes_in.nunique() == 1
-        assert np.ptp((g.ts_us + g.dur_us).to_numpy()) < 1e-3   # ends together
+        # the transfer starts when the last rank arrives
+        assert (g.ts_us + g.dur_us).min() > g.ts_us.max()
+
+
+def test_transfer_is_the_replay_models_cost(tw):
+    """One world stream per rank (tw), so no collective waits for the link pool: each rank's
+    transfer (end - last arrival) is the replay model's cost of its event (transfer + NIC post)
+    on the source hardware, times the device jitter."""
+    import pyarrow as pa
+
+    from replay.hardware import collectives as coll_mod
+    from replay.hardware import load_spec
+
+    c = tw[tw.is_device & tw.coll_op.notna()].copy()
+    last = c.groupby(["pg", "coll_seq"]).ts_us.transform("max")
+    xfer = (c.ts_us + c.dur_us - last).to_numpy()
+    spec = load_spec("h100")
+    rank = c["rank"].to_numpy()
+    _, L, N = coll_mod.placement(pa.array(c.pg_ranks.tolist(), pa.string()), rank,
+                                 int(spec.value("network.ranks_per_node")))
+    cost = coll_mod.collective_costs(
+        spec, coll_mod.op_codes(pa.chunked_array([pa.array(c.coll_op.tolist(), pa.string())])),
+        c.coll_bytes_in.to_numpy(float), c.coll_bytes_out.to_numpy(float),
+        c.group_size.to_numpy(), local=L, nodes=N)
+    ratio = xfer / (cost.collective_us + cost.post_us)
+    assert len(ratio) > 10 and np.all(np.abs(np.log(ratio)) < 6 * 0.03), ratio
 
 
 def test_embedding_bytes_from_ingested_table(tw):

@@ -1,17 +1,21 @@
-"""Durations on the source hardware by roofline, from a `replay.hardware` spec.
+"""Durations on the source hardware, from a `replay.hardware` spec.
 
-Kernels: ``max(flops / (peak * eff), bytes / (hbm * eff_mem))``, embedding gathers at the spec's
-random-access efficiency. Collectives: latency per algorithm step plus bytes over the intra-node
-(NVLink) or inter-node (NIC) bandwidth, each scaled by the spec's achieved efficiency.
-Host costs (dispatch, launches) come from the spec's ``host.kernel_launch_us``; the few host
-constants below are workload assumptions, not hardware numbers.
+Kernels: roofline, ``max(flops / (peak * eff), bytes / (hbm * eff_mem))``, embedding gathers at
+the spec's random-access efficiency. Collectives: the replay's own alpha-beta model
+(`replay.hardware.collectives.collective_costs`, HARDWARE.md 2.4) on the bytes, group and
+placement the trace records for each rank, plus the NIC post cost it charges; each rank's
+collectives hold its link pool the way the replay's cost model does (``comm.link_sharing``).
+So a synthetic trace replayed on its ``--source-hw`` matches the as-measured replay up to the
+jitter. Host costs (dispatch, launches) come from the spec's ``host.kernel_launch_us``; the few
+host constants below are workload assumptions, not hardware numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from mtia_trace.errors import HardwareSpecError
 from mtia_trace.synth.sharding import Collective
@@ -31,7 +35,8 @@ HOST_JITTER = 0.15
 
 @dataclass(frozen=True)
 class SourceHardware:
-    """The handful of spec values the generator uses, read once."""
+    """The handful of spec values the generator uses, read once, and the spec itself (for the
+    collective model)."""
 
     name: str
     peak_fp32: float   # flop/us
@@ -42,23 +47,26 @@ class SourceHardware:
     gather: float      # B/us, random rows
     launch_us: float
     ranks_per_node: int
-    intra: float       # B/us per rank, achieved
-    inter: float
-    latency_us: float
-    inter_latency_us: float
-    base_latency_us: float
     device_name: str
     hbm_bytes: float
+    spec: object = field(repr=False, compare=False)
+    #: collectives one rank runs at once (the replay model's link pool) and the link share each
+    #: gets (``split`` link sharing), as `replay.hardware.model.HardwareModel` sets them
+    pool_capacity: int = 1
+    link_share: int = 1
 
     @classmethod
     def load(cls, name: str) -> SourceHardware:
         try:
             from replay.hardware import load_spec
+            from replay.hardware.model import HardwareModel
         except ImportError as exc:  # pragma: no cover - replay ships with the package
             raise HardwareSpecError(f"--source-hw {name}: hardware specs unavailable ({exc})") from None
         spec = load_spec(name)
         v, g = spec.value, spec.get
         hbm = float(v("hbm.bandwidth_GBps")) * 1e3
+        model = HardwareModel(spec)
+        cap = model.pool_capacity()
         return cls(
             name=str(getattr(spec, "name", name)),
             peak_fp32=float(v("compute.peak_tflops_fp32")) * 1e6,
@@ -69,13 +77,11 @@ class SourceHardware:
             gather=hbm * float(v("hbm.gather_efficiency")),
             launch_us=float(v("host.kernel_launch_us")),
             ranks_per_node=int(v("network.ranks_per_node")),
-            intra=float(v("network.intra_node_GBps")) * 1e3 * float(g("comm.intra_efficiency", 1.0)),
-            inter=float(v("network.inter_node_GBps")) * 1e3 * float(g("comm.inter_efficiency", 1.0)),
-            latency_us=float(v("network.latency_us")),
-            inter_latency_us=float(g("network.inter_latency_us", v("network.latency_us"))),
-            base_latency_us=float(g("comm.base_latency_us", 0.0)),
             device_name=str(getattr(spec, "description", name)).split(":")[0],
             hbm_bytes=float(g("hbm.capacity_GB", 0.0)) * 1e9,
+            spec=spec,
+            pool_capacity=cap,
+            link_share=cap if model.link_sharing() == "split" else 1,
         )
 
     def kernel_us(self, kind: str, flops: np.ndarray, nbytes: np.ndarray, bf16: bool) -> np.ndarray:
@@ -90,29 +96,24 @@ class SourceHardware:
             t = np.maximum(flops / (self.peak_fp32 * self.eff_other), nbytes / self.hbm)
         return np.maximum(t, MIN_KERNEL_US)
 
-    def collective_us(self, c: Collective) -> np.ndarray:
-        """Transfer time per rank of one collective (before waiting for peers)."""
-        g = c.groups
-        members = np.stack(g.members)[g.gid]                     # (ranks, size)
-        node = members // self.ranks_per_node
-        own = (np.arange(len(g.gid)) // self.ranks_per_node)[:, None]
-        p = g.size
-        nodes = len(np.unique(node[0]))
-        per_node = -(-p // nodes)
-        if c.matrix is not None:
-            b = c.matrix * c.elem_bytes
-            me = members == np.arange(len(g.gid))[:, None]
-            same = (node == own) & ~me
-            t_in = (b * same).sum(1) / self.intra
-            t_out = (b * (node != own)).sum(1) / (self.inter * 1.0)
-            lat = self.base_latency_us + (self.latency_us if nodes == 1 else self.inter_latency_us)
-            return lat + np.maximum(t_in, t_out)
-        size = np.maximum(c.in_nelems, c.out_nelems) * float(c.elem_bytes)
-        factor = 2.0 * (p - 1) / p if c.op == "allreduce" else (p - 1) / p
-        bw = self.intra if nodes == 1 else min(self.intra, per_node * self.inter)
-        steps_intra, steps_inter = per_node - 1, nodes - 1
-        if c.op == "allreduce":
-            steps_intra, steps_inter = 2 * steps_intra, 2 * steps_inter
-        lat = (self.base_latency_us + steps_intra * self.latency_us
-               + steps_inter * self.inter_latency_us)
-        return lat + factor * size / bw
+    def collective_us(self, c: Collective, pg_ranks: list[str]) -> np.ndarray:
+        """Per rank: transfer time (latency included) plus NIC post cost of one collective once
+        its group has arrived, as the replay's cost model prices the event the trace records:
+        op from the ``Collective name``, bytes from ``In/Out msg nelems`` x ``dtype``, group size,
+        and placement from ``Process Group Ranks`` (``pg_ranks``, as written)."""
+        from mtia_trace.ingest.classify import coll_op_of
+        from mtia_trace.ingest.shapes import dtype_size
+        from replay.hardware import collectives as coll_mod
+
+        R = len(c.groups.gid)
+        op_name = coll_mod.normalize_op(coll_op_of("c10d::" + c.op) or c.op)
+        op = np.full(R, coll_mod.OPS.index(op_name))
+        size = float(dtype_size(c.dtype))
+        rank = np.arange(R)
+        _, local, nodes = coll_mod.placement(pa.array(pg_ranks, pa.string()), rank,
+                                             self.ranks_per_node)
+        cost = coll_mod.collective_costs(
+            self.spec, op, np.asarray(c.in_nelems, float) * size,  # type: ignore[arg-type]
+            np.asarray(c.out_nelems, float) * size, np.full(R, c.groups.size), local=local,
+            nodes=nodes, share=self.link_share)
+        return cost.collective_us + cost.post_us

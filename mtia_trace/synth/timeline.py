@@ -5,8 +5,10 @@ array over ranks. Times are integer nanoseconds, so the dependencies hold exactl
 microsecond timestamps (3 decimals):
 - a device event starts at ``max(its runtime call's end, the previous event on its stream)``;
 - a ``Stream Wait Event`` (cuda_sync) occupies its stream until the recorded event has fired;
-- a collective kernel starts when its rank arrives and ends, on every member of its process group,
-  when the last member has arrived plus the transfer time;
+- a collective kernel starts when its rank arrives; its transfer starts when the last member of
+  its process group has arrived and every member has a free slot in its link pool (the
+  collectives of a rank share its links, as in the replay's cost model), and it ends on each
+  rank at that start plus the rank's cost (`costing.SourceHardware.collective_us`);
 - ``cudaDeviceSynchronize`` ends when every stream of the device is idle.
 """
 
@@ -24,7 +26,7 @@ from mtia_trace.synth.workload import Annot, Comm, Op, Program, Sync, Wait
 COMPUTE_STREAM = 7
 COMM_STREAM = {"world": 20, "intra": 24, "cross": 28}
 HOST_PID = 100000
-T0_NS = 1_000_000_000_000  # trace clock origin: 1e9 us
+T0_NS = 1_000_000_000  # trace clock origin: 1e6 us (float64 resolution there: 2.3e-10 us)
 
 _NCCL_KERNEL = {
     "allreduce": "ncclDevKernel_AllReduce_Sum_{t}_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
@@ -75,6 +77,8 @@ class Timeline:
         self.next_id = 1
         self.recs: list[Rec] = []
         self._coll_cache: dict[int, tuple[np.ndarray, list[dict]]] = {}
+        #: per rank, when each slot of its collective link pool is free again
+        self.link = np.full((ranks, max(hw.pool_capacity, 1)), T0_NS, np.int64)
 
     # -- helpers ------------------------------------------------------------------------------
     def _id(self) -> int:
@@ -176,9 +180,14 @@ class Timeline:
         ann_start, ann_ext = self.h.copy(), self._id()
         corr, c0, c1 = self._runtime("cudaLaunchKernel", ann_ext)
         arrive = np.maximum(c1, self._stream(stream))
-        jit = self.rng.lognormal(0.0, C.DEVICE_JITTER, len(g.members))[g.gid]
-        xfer = np.rint(self._group_max(transfer_us * 1e3 * jit, g)).astype(np.int64)
-        end = self._group_max(arrive, g) + xfer
+        # the transfer starts once every member has arrived and has a free slot in its link
+        # pool; each rank then takes its own cost (the kernel spans the wait and the transfer)
+        rows = np.arange(self.R)
+        slot = np.argmin(self.link, axis=1)
+        start = self._group_max(np.maximum(arrive, self.link[rows, slot]), g)
+        jit = self.rng.lognormal(0.0, C.DEVICE_JITTER, self.R)
+        end = start + np.rint(transfer_us * 1e3 * jit).astype(np.int64)
+        self.link[rows, slot] = end
         self.free[stream] = end
         name = _NCCL_KERNEL[c.op].format(t=_NCCL_TYPE.get(c.dtype, "f32"))
         kargs = [dict(a, queued=0, context=1, stream=stream) for a in per_rank_args]
@@ -221,7 +230,8 @@ class Timeline:
                 recv = c.matrix[np.stack(g.members)[g.gid], _pos(g)[:, None]]
                 for r in range(self.R):
                     args[r]["Out split size"] = fmt_list(recv[r])
-            self._coll_cache[key] = (self.hw.collective_us(c), args)
+            self._coll_cache[key] = (
+                self.hw.collective_us(c, [a["Process Group Ranks"] for a in args]), args)
         return self._coll_cache[key]
 
     def wait(self, w: Wait) -> None:
