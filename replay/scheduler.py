@@ -285,44 +285,160 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pos[order] = np.arange(len(order))
     solver = _Solver(g, w, pos)
     use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
-    res_x = np.full(npts, -np.inf)
     T, passes = solver.run(solver.base_pos, npts, max_passes)
     e_src, e_dpos, e_lag, eo = solver.src, solver.dpos, solver.lag, solver.eo
     sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order, None)
-    for _outer in range(1000):
-        if not use_res:
-            break
-        new_res = _resource_starts(sched.peer_ready, dur, resource, capacity)  # type: ignore[arg-type]
-        if np.array_equal(new_res, res_x):
-            break
-        res_x = np.maximum(res_x, new_res)
-        T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts, max_passes)
-        passes += p
+    if not use_res:
+        sched.passes = passes
+        return sched
+    pools = _Pools(g, dur, resource, capacity)  # type: ignore[arg-type]
+    res_x = np.full(npts, -np.inf)
+    while True:
+        delayed = pools.commit(sched, res_x)
+        if delayed:  # constraints that move something: schedule again with them
+            T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts, max_passes)
+            passes += p
         sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order,
                           res_x)
+        if pools.done():
+            break
+    pools.check(sched, res_x)
     sched.passes = passes
     return sched
 
 
-def _resource_starts(ready: np.ndarray, dur: np.ndarray, resource: np.ndarray,
-                     capacity: np.ndarray) -> np.ndarray:
-    """Earliest start per start point imposed by busy pools (loops over pool events)."""
-    out = np.full(len(ready), -np.inf)
-    for r in np.unique(resource[resource >= 0]).tolist():
-        ids = np.flatnonzero(resource == r)
-        cap = int(capacity[r]) if r < len(capacity) else 1
-        rd = ready[2 * ids]
-        o = np.argsort(rd, kind="stable")
-        ends: list[float] = []
-        for i in ids[o].tolist():  # pool events: collectives / DMAs, few
-            s = ready[2 * i]
-            if len(ends) >= cap:
-                free = heapq.heappop(ends)
-                if free > s:
-                    out[2 * i] = free
-                    s = free
-            heapq.heappush(ends, s + dur[i])
-    return out
+class _Pools:
+    """FIFO resource pools settled in order of readiness (DESIGN §5, queueing).
+
+    A pool event waits for the earliest free unit of its pool; units go to events in order of
+    ready time (``peer_ready``: inputs done, peers arrived), ties by event id. Instances of one
+    collective start together, so they are settled as one unit of work. Each round takes the
+    schedule under the constraints settled so far and settles, pool by pool in FIFO order, the
+    events whose ready time is final: those ready before ``min(ready_j + dur_j)`` over the unsettled
+    events j (an event downstream of j is ready no earlier than j's end), and the first in line.
+    A pool stops for the round at an event that must wait, as the ends after it move; the next
+    round schedules with that wait. Every round settles at least one event, so this terminates;
+    `check` verifies the result (capacity never exceeded, every wait the FIFO one).
+    """
+
+    def __init__(self, g: Graph, dur: np.ndarray, resource: np.ndarray,
+                 capacity: np.ndarray) -> None:
+        self.ev = np.flatnonzero(resource >= 0)
+        self.pool = resource[self.ev].astype(np.int64)
+        self.npool = int(self.pool.max()) + 1
+        cap = np.ones(self.npool, dtype=np.int64)
+        k = min(len(capacity), self.npool)
+        cap[:k] = capacity[:k]
+        assert (cap >= 1).all(), "resource pools need a capacity of at least 1"
+        self.cap = cap.tolist()
+        self.dur = dur[self.ev]
+        grp = g.coll_group[self.ev]
+        # unit of work: the pool events of one collective instance group, else the event alone
+        key = np.where(grp >= 0, grp, int(grp.max(initial=-1)) + 1 + np.arange(len(self.ev)))
+        _, self.unit = np.unique(key, return_inverse=True)
+        uo = np.argsort(self.unit, kind="stable")
+        self.unit_members = np.split(uo, np.flatnonzero(np.diff(self.unit[uo])) + 1)
+        self.settled = np.zeros(len(self.ev), dtype=bool)
+        self.fifo: list[list[int]] = [[] for _ in range(self.npool)]  # settled, in FIFO order
+        self.rounds = 0
+
+    def done(self) -> bool:
+        return bool(self.settled.all())
+
+    def _heaps(self, end: np.ndarray) -> list[list[float]]:
+        """Unit free times of each pool after its settled events (their current ends)."""
+        heaps: list[list[float]] = []
+        for p in range(self.npool):
+            h: list[float] = []
+            cap = self.cap[p]
+            for j in self.fifo[p]:
+                if len(h) >= cap:
+                    heapq.heappushpop(h, float(end[j]))
+                else:
+                    heapq.heappush(h, float(end[j]))
+            heaps.append(h)
+        return heaps
+
+    def commit(self, s: Schedule, res_x: np.ndarray) -> bool:
+        """Settle what this schedule decides; True when a settled wait moves the schedule."""
+        self.rounds += 1
+        ev = self.ev
+        ready = s.peer_ready[2 * ev]  # type: ignore[index]
+        start, end = s.T[2 * ev], s.T[2 * ev + 1]
+        heaps = self._heaps(end)
+        U = np.flatnonzero(~self.settled)
+        horizon = float((ready[U] + self.dur[U]).min())
+        o = U[np.lexsort((ev[U], ready[U]))]
+        # per pool, the unsettled events in FIFO order; a pool's head is the next to settle
+        heads: list[list[int]] = [[] for _ in range(self.npool)]
+        for j in o.tolist():
+            heads[self.pool[j]].append(j)
+        nxt = [0] * self.npool
+        blocked = [False] * self.npool
+        seen = np.zeros(len(ev), dtype=bool)
+        first = True
+        delayed = progress = False
+        for j in o.tolist():
+            if seen[j]:
+                continue
+            if not first and ready[j] >= horizon:
+                break
+            mem = self.unit_members[self.unit[j]].tolist()
+            seen[mem] = True
+            pools = [int(self.pool[m]) for m in mem]
+            ok = not any(blocked[p] for p in pools)
+            if ok:  # every member must be next in line in its pool
+                want = dict(zip(pools, [nxt[p] for p in pools]))
+                for m, p in zip(mem, pools):
+                    if want[p] >= len(heads[p]) or heads[p][want[p]] != m:
+                        ok = False
+                        break
+                    want[p] += 1
+            first = False
+            if not ok:
+                for p in pools:
+                    blocked[p] = True
+                continue
+            free = []
+            for m, p in zip(mem, pools):
+                h = heaps[p]
+                free.append(heapq.heappop(h) if len(h) >= self.cap[p] else -np.inf)
+            waits = max(free) > float(start[mem].max())
+            for m, p, f in zip(mem, pools, free):
+                res_x[2 * ev[m]] = f
+                self.fifo[p].append(m)
+                nxt[p] += 1
+                if waits:
+                    blocked[p] = True  # the ends behind this wait move: next round
+                else:
+                    heapq.heappush(heaps[p], float(end[m]))
+            self.settled[mem] = True
+            delayed |= waits
+            progress = True
+        assert progress, ("resource pools do not converge: collectives wait for each other's "
+                          "units in a cycle")
+        return delayed
+
+    def check(self, s: Schedule, res_x: np.ndarray) -> None:
+        """The settled schedule: FIFO by ready time, each event no earlier than its unit's
+        release, and never more events holding a pool than its capacity."""
+        ev = self.ev
+        ready = s.peer_ready[2 * ev]  # type: ignore[index]
+        start, end = s.T[2 * ev], s.T[2 * ev + 1]
+        tol = 1e-9 * max(1.0, float(np.abs(s.T[np.isfinite(s.T)]).max(initial=0.0)))
+        for p in range(self.npool):
+            f = np.asarray(self.fifo[p], dtype=np.int64)
+            if not len(f):
+                continue
+            r = ready[f]
+            assert (np.diff(r) >= -tol).all(), "resource pools do not converge: FIFO order moved"
+            h: list[float] = []
+            for m in f.tolist():
+                fr = heapq.heappop(h) if len(h) >= self.cap[p] else -np.inf
+                assert res_x[2 * ev[m]] == fr or abs(res_x[2 * ev[m]] - fr) <= tol, \
+                    "resource pools do not converge: a unit's release moved"
+                assert start[m] >= fr - tol
+                heapq.heappush(h, float(end[m]))
 
 
 def _bindings(g: Graph, T: np.ndarray, Tpos: np.ndarray, w: np.ndarray, pos: np.ndarray,

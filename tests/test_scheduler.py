@@ -9,15 +9,13 @@ from hypothesis import strategies as st
 
 from replay.attribution import check_attribution
 from replay.costs import AsMeasured, split_by_kind
-from replay.graph import Graph, build_graph
+from replay.graph import EDGE_CODE, Graph, build_graph
 from replay.run import replay_events
-from replay.scheduler import schedule
+from replay.scheduler import BOUND_RESOURCE, schedule
 from tests.replay_tables import dev, host, table
 
 
-def reference_schedule(g, dur):
-    """Event-by-event: repeatedly settle any point whose inputs are all settled."""
-    w = np.zeros(len(g.order))
+def _reference_inputs(g, dur):
     from replay.scheduler import chain_lags
 
     w = chain_lags(g, dur)
@@ -26,9 +24,16 @@ def reference_schedule(g, dur):
         pts = g.order[g.track_ptr[t]:g.track_ptr[t + 1]]
         for k in range(1, len(pts)):
             prev[int(pts[k])] = (int(pts[k - 1]), w[g.track_ptr[t] + k])
-    ins: dict[int, list[tuple[int, float]]] = {}
-    for s, d, lag in zip(g.src_pt.tolist(), g.dst_pt.tolist(), g.lag.tolist()):
-        ins.setdefault(d, []).append((s, lag))
+    ins: dict[int, list[tuple[int, float, bool]]] = {}
+    for s, d, lag, e in zip(g.src_pt.tolist(), g.dst_pt.tolist(), g.lag.tolist(),
+                            g.etype.tolist()):
+        ins.setdefault(d, []).append((s, lag, e == EDGE_CODE["collective"]))
+    return prev, ins
+
+
+def reference_schedule(g, dur):
+    """Event-by-event: repeatedly settle any point whose inputs are all settled."""
+    prev, ins = _reference_inputs(g, dur)
     T = dict.fromkeys(range(2 * g.n), -np.inf)
     changed = True
     while changed:  # Bellman-Ford style longest path: settle until nothing moves
@@ -38,12 +43,53 @@ def reference_schedule(g, dur):
             if p in prev:
                 q, lag = prev[p]
                 v = max(v, T[q] + lag)
-            for s, lag in ins.get(p, ()):
+            for s, lag, _ in ins.get(p, ()):
                 v = max(v, T[s] + lag)
             if v > T[p] + 1e-12:
                 T[p] = v
                 changed = True
     return np.array([T[p] for p in range(2 * g.n)])
+
+
+def reference_pool_schedule(g, dur, resource, capacity):
+    """One pool event at a time: schedule with the waits settled so far; the unsettled pool
+    event ready first (inputs done and peers arrived; ties by event id) takes, with the other
+    instances of its collective, the unit of its pool freed first by the events before it."""
+    prev, ins = _reference_inputs(g, dur)
+    g2 = copy.copy(g)
+    g2.base = g.base.copy()
+    fifo: dict[int, list[int]] = {}
+    left = set(np.flatnonzero(resource >= 0).tolist())
+    while True:
+        T = reference_schedule(g2, dur)
+        if not left:
+            return T, g2.base
+        own = np.full(g.n, -np.inf)
+        for i in range(g.n):
+            p = 2 * i
+            v = g2.base[p]
+            if p in prev:
+                q, lag = prev[p]
+                v = max(v, T[q] + lag)
+            for s, lag, coll in ins.get(p, ()):
+                if not coll:
+                    v = max(v, T[s] + lag)
+            own[i] = v
+        peer = own.copy()
+        for grp in set(g.coll_group.tolist()) - {-1}:
+            m = g.coll_group == grp
+            peer[m] = own[m].max()
+        i = min(left, key=lambda j: (peer[j], j))
+        unit = ([j for j in left if g.coll_group[j] == g.coll_group[i]]
+                if g.coll_group[i] >= 0 else [i])
+        for m in unit:
+            p = int(resource[m])
+            units = [-np.inf] * int(capacity[p])
+            for j in fifo.get(p, []):
+                units[int(np.argmin(units))] = T[2 * j + 1]
+            g2.base[2 * m] = max(g2.base[2 * m], min(units))
+            fifo.setdefault(p, []).append(m)
+            left.discard(m)
 
 
 @st.composite
@@ -164,11 +210,12 @@ def test_worklist_equals_rescans_bit_for_bit(rows, data):
     assert np.array_equal(M1, sv.M)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(traces(), st.integers(1, 2), st.data())
 def test_resource_pools(rows, cap, data):
-    """Device events of a rank share a pool of ``cap``: the schedule is the least one given the
-    queueing it found, and the same however the tracks were worked through."""
+    """Device events of a rank share a pool of ``cap`` units: never more than ``cap`` of them run
+    at once, each waits FIFO for the earliest free unit, and the schedule equals the event-by-event
+    reference with pools."""
     t = table(rows)
     g = build_graph(t, max_ready_lag_us=None)
     n = t.num_rows
@@ -180,22 +227,46 @@ def test_resource_pools(rows, cap, data):
     resource = np.where(pooled, rank, -1).astype(np.int32)
     capacity = np.full(int(rank.max()) + 1, cap, dtype=np.int32)
     s = schedule(g, dur, resource, capacity)
-    start = s.T[0::2]
+    start, end = s.T[0::2], s.T[1::2]
     assert (s.T[g.dst_pt] >= s.T[g.src_pt] + g.lag - 1e-9).all()
     assert (s.queue[~pooled] == 0).all()
-    # the least schedule given the queueing: the reference with queued starts as base times
-    g2 = copy.copy(g)
-    g2.base = g.base.copy()
-    q = np.flatnonzero(s.queue > 0)
-    g2.base[2 * q] = np.maximum(g2.base[2 * q], start[q])
-    assert np.allclose(s.T, reference_schedule(g2, dur), rtol=0, atol=1e-9)
-    assert np.allclose(s.queue, (start - s.peer_ready[0::2]).clip(0) * (s.queue > 0), atol=1e-9)
+    assert (s.queue >= 0).all()
+    # capacity: at every pool event's start, at most cap pool events hold a unit
+    for r in np.unique(rank[pooled]).tolist():
+        ids = np.flatnonzero(pooled & (rank == r))
+        for i in ids.tolist():
+            busy = (start[ids] <= start[i] + 1e-9) & (end[ids] > start[i] + 1e-9)
+            assert busy.sum() <= cap, (r, i, start[ids], end[ids])
+    ref, ref_base = reference_pool_schedule(g, dur, resource, capacity)
+    assert np.allclose(s.T, ref, rtol=0, atol=1e-9)
+    # queueing is the wait past ready (inputs and peers) where a unit was not free
+    waited = ref_base[0::2] > s.peer_ready[0::2] + 1e-7
+    assert np.allclose(s.queue, (start - s.peer_ready[0::2]).clip(0) * waited, atol=1e-9)
+    assert (s.bound[0::2][waited] == BOUND_RESOURCE).all()
+    # every time is the same however the tracks were worked through
     sv = _solver(g, dur)
-    xb = g2.base[g.order]
+    xb = ref_base[g.order]
     T1, _ = sv.run(xb, 2 * g.n)
     sv.xb = xb
     T2, _ = sv._rescan(2 * g.n)
     assert np.array_equal(T1, T2)
+
+
+def test_pool_of_one_serializes_and_queues_fifo():
+    # three kernels on three streams of one rank, launched 1 us apart, each 10 us; one unit
+    rows = []
+    for k in range(3):
+        rows.append(host(0, 1.0 * k, 0.5, name=f"launch{k}", kind="runtime", correlation=k))
+        rows.append(dev(0, 1.0 * k + 1, 10.0, stream=7 + k, correlation=k))
+    t = table(rows)
+    g = build_graph(t, max_ready_lag_us=None)
+    dur = t.column("dur_us").to_numpy()
+    is_dev = t.column("is_device").to_numpy(zero_copy_only=False)
+    s = schedule(g, dur, np.where(is_dev, 0, -1).astype(np.int32), np.array([1], dtype=np.int32))
+    d = np.flatnonzero(is_dev)
+    assert np.allclose(s.T[2 * d], [1.0, 11.0, 21.0])
+    assert np.allclose(s.queue[d], [0.0, 9.0, 18.0])
+    assert (s.bound[2 * d[1:]] == BOUND_RESOURCE).all()
 
 
 def _two_tracks(lag_back: float) -> Graph:
