@@ -11,9 +11,9 @@ attribution category (schema.ATTRIBUTION) or, for an event's own duration, the e
 - waiting for a busy resource pool: ``queue``;
 - before a host track's first point (no binding): ``idle``.
 
-Runs of points bound by their track predecessor are summed with prefix sums, so the Python loop
-only runs once per cross-track hop on the path. Per-rank walks stay on the rank: at a collective
-they account the wait and continue from the rank's own arrival.
+Runs of points bound by their track predecessor are summed with per-track prefix sums, so the
+Python loop only runs once per cross-track hop on the path. Per-rank walks stay on the rank: at a
+collective they account the wait and continue from the rank's own arrival.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class PathTables:
 
     act: np.ndarray         # (nact,) category ids of the rows below
     contrib: np.ndarray     # (nact, npos): chain segment ending at each pure position
-    cum: np.ndarray         # (nact, npos + 1): cum[:, k] = contrib[:, :k].sum(1)
+    cum: np.ndarray         # (nact, npos + 1): cum[:, k + 1] = contrib[:, a:k + 1].sum(1), a the
+    #                         first position of k's track (sums restart per track)
     frac: np.ndarray        # (nact, n): per-event cost split (fractions summing to 1)
     run_start: np.ndarray   # per position: the last position <= it that is not chain-bound
     tpos: np.ndarray        # per position: time
@@ -82,12 +83,28 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     contrib[row[CAT["idle"]], di] = seg[di]
     hi = ~dev_pos & ~own
     contrib[row[CAT["host"]], hi] = seg[hi]
-    cum = np.zeros((len(act), npos + 1))
-    np.cumsum(contrib, axis=1, out=cum[:, 1:])
+    cum = _track_cumsum(contrib, g.track_ptr)
     idx = np.where(~pure, np.arange(npos), 0)
     run_start = np.maximum.accumulate(idx) if npos else idx
     return PathTables(act=act, contrib=contrib, cum=cum, frac=frac, run_start=run_start,
                       tpos=tpos, dev_pos=dev_pos, own=own)
+
+
+def _track_cumsum(contrib: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """``cum[:, k + 1]``: the sum of ``contrib`` from the first position of k's track to k. Walks
+    only take differences within a track; restarting per track makes every sum depend on its
+    track alone (not on how many other tracks the table holds), so a shard replays bit for bit
+    what the whole run does."""
+    npos = contrib.shape[1]
+    cum = np.zeros((contrib.shape[0], npos + 1))
+    cum[:, 1:] = contrib
+    ln = np.diff(ptr)
+    two = ptr[:-1][ln == 2]
+    cum[:, two + 2] += cum[:, two + 1]
+    for t in np.flatnonzero(ln > 2).tolist():  # loop over tracks (few)
+        a, b = int(ptr[t]), int(ptr[t + 1])
+        np.cumsum(contrib[:, a:b], axis=1, out=cum[:, a + 1:b + 1])
+    return cum
 
 
 def _edge_category(bound: int, on_device: bool) -> int:
