@@ -256,9 +256,13 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     host_sync = (~is_dev) & (sync_stream != -1)
     rt = np.flatnonzero(~is_dev & _is_in(events, "kind", ["runtime", "sync", "other"]))
     if len(rt):
-        names = events.column("name").take(pa.array(rt))
-        hit = pc.match_substring_regex(names, "|".join(HOST_SYNC_NAMES)).fill_null(False)
-        host_sync[rt[hit.to_numpy(zero_copy_only=False).astype(bool)]] = True
+        # names repeat: match each distinct name once
+        names = pc.dictionary_encode(events.column("name").take(pa.array(rt)).combine_chunks())
+        hit_v = pc.match_substring_regex(names.dictionary, "|".join(HOST_SYNC_NAMES))
+        hit_v = hit_v.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+        idx = names.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        hit = np.append(hit_v, False)[idx]  # null names (-1) do not match
+        host_sync[rt[hit]] = True
     # a host call that launched a host-wait marker (cuda_sync Stream/Context/Event Sync)
     marker = is_dev & has_launch & host_marker
     host_sync[launch[marker]] = True
@@ -376,11 +380,13 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     # so a wait is neither lost nor counted twice. Runs of consecutive markers resolve in turn.
     dsync_ev = is_dev & is_sync_kind & ~dev_marker
     cap = np.inf if max_ready_lag_us is None else max_ready_lag_us
+    launch_ts_l = ts[launch[has_launch]]
     end_in = end
     for _ in range(n + 1):
         ready = np.full(n, -np.inf)
         ready[hp] = end_in[prev_dev[hp]]
-        np.maximum.at(ready, dst_launch, ts[launch[has_launch]])
+        # one launch per device event: no repeated destinations
+        ready[dst_launch] = np.maximum(ready[dst_launch], launch_ts_l)
         if len(enq_dst):
             np.maximum.at(ready, enq_dst, ts[enq_src])
         if len(dsync_dst_a):
@@ -518,10 +524,10 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     tab_dst.append(hd)
     tab_typ.append(np.full(len(hs), EDGE_CODE["host"], dtype=np.int8))
     tab_lag.append(ts[hd] - end[hs])
-    types = np.array(schema.EDGE_TYPES, dtype=object)
     edges = schema.from_columns({
         "src": np.concatenate(tab_src), "dst": np.concatenate(tab_dst),
-        "type": types[np.concatenate(tab_typ)],
+        "type": pc.take(pa.array(schema.EDGE_TYPES, type=pa.string()),
+                        pa.array(np.concatenate(tab_typ))),
         "lag_us": np.concatenate(tab_lag),
     }, schema.EDGES_SCHEMA)
 
