@@ -39,3 +39,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when run with --update-golden: tests rewrite their golden files."""
     return bool(request.config.getoption("--update-golden"))
+
+
+def invoke_cli(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run the `mtia-trace` entry point in process: (exit code, stdout, stderr)."""
+    from mtia_trace.cli import main
+
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """``cli("replay", path, "--hw", "mtia300")`` → (exit code, stdout, stderr)."""
+    return lambda *args: invoke_cli(list(args), capsys)

@@ -11,7 +11,7 @@ import report_sample
 from analyzers.report.compare import (MARKDOWN_LIMIT, compare_runs, parse_threshold,
                                       render_compare_markdown)
 from analyzers.report.run_data import run_from_result
-from mtia_trace.cli import main
+from tests.conftest import invoke_cli as cli
 from mtia_trace.errors import UsageError
 
 
@@ -29,14 +29,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_exit_0_no_regression(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,6 @@ import pytest
 from runfixture import tiny_meta, tiny_tables
 
 from analyzers import ANALYZERS
-from mtia_trace.cli import main
 from mtia_trace.runs import VIEWS, connect, query
 from mtia_trace.storage import write_run
 from mtia_trace.errors import QueryError
@@ -27,17 +26,6 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
-    def invoke(*args: str) -> tuple[int, str, str]:
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-    return invoke
 
 
 def digest(d: Path) -> dict[str, str]:

@@ -11,7 +11,6 @@ import pytest
 from conftest import REAL, requires_real
 
 from analyzers import ANALYZERS, run_all
-from mtia_trace.cli import main
 from mtia_trace.runs import connect, query
 from mtia_trace.storage import find_runs, open_run
 
@@ -40,17 +39,6 @@ def write_trace(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
-    def invoke(*args: object) -> tuple[int, str, str]:
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-    return invoke
 
 
 def test_replay_writes_a_run_and_prints_the_attribution(tmp_path: Path, cli) -> None:

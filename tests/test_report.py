@@ -13,7 +13,7 @@ from analyzers.report.build import build_report, report_dict
 from analyzers.report.headline import attribution, findings
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run, run_from_result
-from mtia_trace.cli import main
+from tests.conftest import invoke_cli as cli
 from mtia_trace.progress import Progress
 from mtia_trace.schema import ATTRIBUTION
 
@@ -26,14 +26,6 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                    tmp_path_factory.mktemp("runs") / "sample")
 
 
-def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_golden_markdown(run_dir: Path, update_golden: bool) -> None:

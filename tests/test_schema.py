@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from mtia_trace import schema

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mtia_trace.errors import RunExistsError, UsageError

@@ -7,21 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mtia_trace.cli import main
 from tests.conftest import SAMPLES
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
-    def invoke(*args: object) -> tuple[int, str, str]:
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-    return invoke
 
 
 def _late_kernel_trace(path: Path) -> Path:

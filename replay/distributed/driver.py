@@ -94,9 +94,9 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
     facts: list[dict] = [None] * len(chunks)  # type: ignore[list-item]
     idx = {f.key: i for i, f in enumerate(fact_f)}
     done = 0
-    for fut in as_completed(fact_f):
+    for fut, fact in as_completed(fact_f, with_results=True):
         i = idx[fut.key]
-        facts[i] = fut.result()
+        facts[i] = fact
         done += len(facts[i]["ranks"])
         r = facts[i]["ranks"]
         say(f"ingested ranks {r[0]}-{r[-1]} ({done} ranks done)" if r else "ingested an empty shard")
@@ -162,9 +162,9 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
         outs = [client.submit(S.finish, b, arr[g], str(tmp)) for b, g in zip(builds, ghost_idx)]
         results: list[dict] = [None] * len(outs)  # type: ignore[list-item]
         oidx = {f.key: i for i, f in enumerate(outs)}
-        for fut in as_completed(outs):
+        for fut, result in as_completed(outs, with_results=True):
             i = oidx[fut.key]
-            results[i] = fut.result()
+            results[i] = result
             r = facts[i]["ranks"]
             say(f"wrote ranks {r[0]}-{r[-1]}" if r else "wrote an empty shard")
         # a worker lost from here on must not make Dask redo a write into the finished run
