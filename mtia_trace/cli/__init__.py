@@ -34,26 +34,22 @@ def _root(
 
 
 def _register() -> None:
-    """The explicit list of commands (one module each)."""
-    from mtia_trace.cli import inspect_cmd
+    """The explicit list of commands (one module each), in the order `--help` shows them."""
+    from mtia_trace.cli import (analyze_cmd, compare_cmd, export_cmd, hw_cmd, inspect_cmd,
+                                query_cmd, replay_cmd, report_cmd, sweep_cmd, synth_cmd,
+                                validate_cmd)
 
     app.command("inspect")(inspect_cmd.inspect)
-    from mtia_trace.cli import report_cmd, compare_cmd, export_cmd  # noqa: E401
-    app.command("report")(report_cmd.report)
-    app.command("compare")(compare_cmd.compare)
-    app.command("export")(export_cmd.export)
-    from mtia_trace.cli import analyze_cmd, query_cmd, replay_cmd  # noqa: E401
     app.command("replay")(replay_cmd.replay)
+    app.command("validate")(validate_cmd.validate)
     app.command("query")(query_cmd.query)
     app.command("analyze")(analyze_cmd.analyze)
-    from mtia_trace.cli import hw_cmd
-    app.add_typer(hw_cmd.app, name="hw")
-    from mtia_trace.cli import sweep_cmd
+    app.command("report")(report_cmd.report)
+    app.command("compare")(compare_cmd.compare)
     app.command("sweep")(sweep_cmd.sweep)
-    from mtia_trace.cli import synth_cmd
     app.command("synth")(synth_cmd.synth)
-    from mtia_trace.cli import validate_cmd
-    app.command("validate")(validate_cmd.validate)
+    app.command("export")(export_cmd.export)
+    app.add_typer(hw_cmd.app, name="hw")
 
 
 _register()

@@ -12,7 +12,8 @@ import typer
 from analyzers.report.compare import (METRICS, check_metric, compare_dict, compare_runs,
                                       parse_threshold, render_compare_markdown)
 from analyzers.report.run_data import RunData, load_run
-from mtia_trace.cli.report_cmd import FORCE_OPTION, QUIET_OPTION, write_output
+from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
+from mtia_trace.cli.report_cmd import write_output
 from mtia_trace.errors import BaselineMissingError, UsageError
 from mtia_trace.progress import Progress
 

@@ -8,7 +8,7 @@ import typer
 
 from analyzers.report.perfetto import write_perfetto
 from analyzers.report.run_data import load_run
-from mtia_trace.cli.report_cmd import FORCE_OPTION, QUIET_OPTION
+from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
 from mtia_trace.progress import Progress
 
 

@@ -8,6 +8,8 @@ import pyarrow as pa
 import typer
 
 from mtia_trace import schema
+from mtia_trace.cli.options import (LOSS_RATE_OPTION, SEED_OPTION, SET_OPTION, SOURCE_HW_OPTION,
+                                    TRACE_ARGUMENT)
 from mtia_trace.cli.output import render_table
 from mtia_trace.progress import Progress
 from mtia_trace.replay_job import Mode, ReplayOptions, destinations, replay_trace, split_hw
@@ -43,19 +45,16 @@ def step_table(steps: pa.Table) -> pa.Table:
 
 
 def replay(
-    trace: Path = typer.Argument(..., help="Kineto trace (.json / .json.gz) or a folder with one per rank."),
+    trace: Path = TRACE_ARGUMENT,
     hw: list[str] = typer.Option(None, "--hw", help="Target hardware: a bundled spec name or a "
                                  ".toml path; repeat or comma-separate for several "
                                  "(default: as-measured)."),
-    overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
-                                        help="Override a spec value (repeatable)."),
+    overrides: list[str] = SET_OPTION,
     mode: Mode = typer.Option(Mode.auto, "--mode", help="Compute costing: roofline from "
                               "flops/bytes, scaled from measured times, or auto."),
-    loss_rate: float = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
-                                    help="Packet loss probability for retransmissions."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the loss draws."),
-    source_hw: str = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
-                                  "(for --mode scaled; default: detected from deviceProperties)."),
+    loss_rate: float = LOSS_RATE_OPTION,
+    seed: int = SEED_OPTION,
+    source_hw: str = SOURCE_HW_OPTION,
     out: Path = typer.Option(None, "--out", help="Run directory (default runs/<trace>-<hw>); "
                              "with several --hw, the folder that holds one run per target."),
     force: bool = typer.Option(False, "--force", help="Replace existing run directories."),

@@ -13,6 +13,7 @@ from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run
 from analyzers.report.sweep_report import build_sweep_report, is_sweep, load_sweep, sweep_dict
+from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
 from mtia_trace.errors import RunExistsError, UsageError
 from mtia_trace.progress import Progress
 
@@ -23,8 +24,6 @@ class ReportFormat(str, Enum):
     json = "json"
 
 
-QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress output on a terminal.")
-FORCE_OPTION = typer.Option(False, "--force", help="Overwrite the output file if it exists.")
 
 
 def write_output(text: str | bytes, output: Path | None, *, force: bool) -> None:

@@ -8,23 +8,22 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import typer
 
+from mtia_trace.cli.options import LOSS_RATE_OPTION, SEED_OPTION, SOURCE_HW_OPTION, TRACE_ARGUMENT
 from mtia_trace.cli.output import render_table
 from mtia_trace.errors import RunExistsError, UsageError
 
 
 def sweep(
-    trace: Path = typer.Argument(..., help="Kineto trace (.json / .json.gz) or a folder with one per rank."),
+    trace: Path = TRACE_ARGUMENT,
     hw: str = typer.Option(..., "--hw", help="Target hardware: a bundled spec name or a .toml path."),
     vary: list[str] = typer.Option(..., "--vary", metavar="KEY=V1,V2,...",
                                    help="A spec key and its values (repeatable; axes multiply)."),
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                         help="Fixed override applied at every point (repeatable)."),
     mode: str = typer.Option("auto", "--mode", help="Compute costing: auto, roofline or scaled."),
-    loss_rate: float = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
-                                    help="Packet loss probability for retransmissions."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the loss draws."),
-    source_hw: str = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
-                                  "(for --mode scaled; default: detected from deviceProperties)."),
+    loss_rate: float = LOSS_RATE_OPTION,
+    seed: int = SEED_OPTION,
+    source_hw: str = SOURCE_HW_OPTION,
     out: Path = typer.Option(None, "--out", help="Parquet file for the table "
                              "(default runs/<trace>-<hw>-sweep.parquet)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),

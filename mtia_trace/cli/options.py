@@ -1,0 +1,18 @@
+"""Options shared by several commands, defined once so their help stays the same everywhere."""
+
+from __future__ import annotations
+
+import typer
+
+TRACE_ARGUMENT = typer.Argument(
+    ..., help="Kineto trace (.json / .json.gz) or a folder with one per rank.")
+SET_OPTION = typer.Option(None, "--set", metavar="KEY=VALUE",
+                          help="Override a spec value (repeatable).")
+LOSS_RATE_OPTION = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
+                                help="Packet loss probability for retransmissions.")
+SEED_OPTION = typer.Option(0, "--seed", help="Seed for the loss draws.")
+SOURCE_HW_OPTION = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
+                                "(for --mode scaled; default: detected from deviceProperties).")
+#: For commands that write one output file (report, export, compare -o).
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress output on a terminal.")
+FORCE_OPTION = typer.Option(False, "--force", help="Overwrite the output file if it exists.")
