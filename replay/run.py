@@ -9,6 +9,9 @@ wait in all three comes back out of the graph.
 Overlap slowdown (`CostModel.overlap_slowdown`, s > 0): after a first schedule, each device
 compute event's compute part is stretched by ``s × (fraction of it overlapping communication on
 its rank)`` and the graph is scheduled again (one correction step, documented approximation).
+A model that carries measured compute over (``scaled`` mode) first takes the source hardware's
+own slowdown out of it where it overlapped communication in the measured trace, so it is not
+counted twice (`replay.hardware.model`).
 """
 
 from __future__ import annotations
@@ -30,15 +33,26 @@ COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optim
                  "other")
 
 
+#: costing-input column keeping each event's measured duration (``dur_us`` there is corrected)
+MEASURED_DUR = "measured_dur_us"
+
+
 def _costing_input(events: pa.Table, g: Graph) -> pa.Table:
-    dur = events.column("dur_us").to_numpy().astype(np.float64, copy=True)
+    """The events with ``dur_us`` corrected (module docstring); the measured durations ride
+    along as `MEASURED_DUR`, for models that need the measured schedule (e.g. where compute
+    overlapped communication in the trace)."""
+    measured = events.column("dur_us")
+    dur = measured.to_numpy().astype(np.float64, copy=True)
     m = np.isfinite(g.transfer_us)
     dur[m] = g.transfer_us[m]
     m = np.isfinite(g.sync_lag)
     dur[m] = g.sync_lag[m]
     dur[device_waits(events)] = 0.0
     i = events.schema.get_field_index("dur_us")
-    return events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))
+    out = events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))
+    if MEASURED_DUR in out.schema.names:
+        out = out.drop_columns([MEASURED_DUR])
+    return out.append_column(MEASURED_DUR, measured.cast(pa.float64()))
 
 
 def _overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -276,11 +276,15 @@ def _collectives(mem: pd.DataFrame, members: pd.DataFrame, t0: float) -> pa.Tabl
 
 
 def _notes(parts: list[dict], matched: int) -> dict:
-    """Shard notes merged: counts summed, other values from the first shard."""
+    """Shard notes merged: counts (and the removed source slowdown, us) summed, other values
+    from the first shard."""
     out = dict(parts[0]) if parts else {}
     for k, v in out.items():
         if isinstance(v, int) and not isinstance(v, bool):
             out[k] = sum(int(p.get(k, 0)) for p in parts)
+    if "source_overlap_removed_us" in out:
+        out["source_overlap_removed_us"] = sum(float(p.get("source_overlap_removed_us", 0.0))
+                                               for p in parts)
     out["collectives_matched"] = matched
     out["passes"] = max((int(p.get("passes", 0)) for p in parts), default=0)
     return out

@@ -8,7 +8,10 @@ Which events are priced:
   events by `replay.hardware.source` from ``--source-hw`` or the trace's deviceProperties).
   ``auto`` picks scaled when a source is known and device work was measured, else roofline;
   the notes say which and why. Work without flops/bytes keeps its measured time (x the
-  target/source peak ratio of its kind when a source is known).
+  target/source peak ratio of its kind when a source is known). In ``scaled`` mode, compute
+  that overlapped communication in the measured trace first loses the source's own overlap
+  slowdown (compute part / (1 + s_source x overlapped fraction)); the replay then applies the
+  target's where the replayed schedule overlaps (notes: ``source_overlap_removed_us``).
 - collectives and p2p: alpha-beta(-gamma) from their bytes (`collectives`) in every mode,
   ``scaled`` included: a measured collective is never carried over or scaled, so replaying a
   trace on the hardware it was measured on keeps its compute but re-costs its communication
@@ -226,6 +229,9 @@ class HardwareModel:
             if cpu_only:
                 costs.host_us[sub] = float(spec.value("host.kernel_launch_us"))
 
+        if mode == "scaled" and source is not None:
+            self._remove_source_slowdown(events, kind, is_dev, source, costs, notes)
+
         # kernel-launch calls follow the target's launch overhead when the source is known
         if source is not None:
             rt = np.flatnonzero(kind == KINDS.index("runtime"))
@@ -241,6 +247,31 @@ class HardwareModel:
         notes["assumed"] = [k for k in self.used_keys() if k in set(spec.assumed())]
         costs.notes = notes
         return costs
+
+    def _remove_source_slowdown(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
+                                source: HardwareSpec, costs: EventCosts,
+                                notes: dict[str, object]) -> None:
+        """Scaled compute carries the source's own overlap slowdown where a kernel overlapped
+        communication in the measured trace: divide its compute part by ``1 + s_source x f``
+        (``f``: its overlapped fraction in the measured schedule, same rank), so the replay's
+        stretch by the target's slowdown is not applied on top of the source's."""
+        from replay.run import COMPUTE_KINDS, MEASURED_DUR, _overlap_fraction
+
+        s_src = HardwareModel(source).overlap_slowdown()
+        m = is_dev & kind_mask(kind, *COMPUTE_KINDS)
+        removed, count = 0.0, 0
+        if s_src > 0 and m.any():
+            ts = _np(events, "ts_us")
+            dur = _np(events, MEASURED_DUR if MEASURED_DUR in events.schema.names else "dur_us")
+            f = _overlap_fraction(events, ts, ts + dur)
+            m &= f > 0
+            before = costs.compute_us[m]
+            after = before / (1.0 + s_src * f[m])
+            costs.compute_us[m] = after
+            removed, count = float((before - after).sum()), int(m.sum())
+        notes["source_overlap_slowdown"] = s_src
+        notes["source_overlap_removed_events"] = count
+        notes["source_overlap_removed_us"] = removed
 
     def _cost_collectives(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
                           cpu_only: bool, costs: EventCosts, notes: dict[str, object]) -> None:
