@@ -105,7 +105,7 @@ def test_h100_replay_of_h100_sample_matches_as_measured(sample_events: pa.Table)
     g = build_graph(sample_events)
     h = _mean_step(replay_events(sample_events, model_for("h100"), graph=g))
     a = _mean_step(replay_events(sample_events, AsMeasured(), graph=g))
-    assert h == pytest.approx(a, rel=0.02)
+    assert h == pytest.approx(a, rel=1e-3)
 
 
 @pytest.mark.parametrize("opts", [

@@ -85,3 +85,66 @@ def test_embedding_bytes_from_ingested_table(tw):
     rows = B * float(DCN.pooling @ DCN.dims) * 4
     assert e.bytes_read.sum() + e.bytes_written.sum() == pytest.approx(
         rows + B * DCN.pooling.sum() * 8 + B * len(DCN.tables) * 128 * 4)
+
+
+# -- interference of on-compute communication (the replay's overlap slowdown) --------------------
+@pytest.fixture(scope="module")
+def h100_2rank(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ov") / "t"
+    synthesize(SynthOptions(ranks=2, batch=2048, steps=2, seed=0, source_hw="h100"), d)
+    return load(d).events
+
+
+def _overlap(events):
+    from replay.run import COMPUTE_KINDS, _overlap_fraction
+
+    df = events.to_pandas()
+    ts = df.ts_us.to_numpy()
+    f = _overlap_fraction(events, ts, ts + df.dur_us.to_numpy())
+    compute = (df.is_device & df.kind.isin(COMPUTE_KINDS)).to_numpy()
+    return df, f, compute
+
+
+def test_compute_overlapping_nccl_is_slowed_by_the_specs_factor(h100_2rank):
+    """h100 runs NCCL on its SMs: a compute kernel overlapping an NCCL kernel of its rank takes
+    its roofline time (from the ingested flops and bytes) times ``1 + s x f``, ``s`` the spec's
+    overlap slowdown and ``f`` the overlapped fraction in the trace, up to the 3 % jitter."""
+    from mtia_trace.synth.costing import SourceHardware
+    from replay.hardware import model_for
+
+    df, f, compute = _overlap(h100_2rank)
+    hw = SourceHardware.load("h100")
+    s = model_for("h100").overlap_slowdown()
+    assert s > 0.1 and hw.overlap_slowdown == s
+    roof = np.full(len(df), np.nan)
+    for kind in df.kind[compute].unique():
+        m = compute & (df.kind == kind).to_numpy()
+        roof[m] = hw.kernel_us(kind, df.flops[m], df.bytes_read[m] + df.bytes_written[m],
+                               DCN.dtype != "float")
+    log_ratio = np.log(df.dur_us.to_numpy() / roof)
+    ov, alone = compute & (f > 0), compute & (f == 0)
+    assert ov.sum() >= 20 and alone.sum() >= 100 and (f[ov] > 0.5).mean() > 0.5
+    # alone: roofline x jitter; overlapping: roofline x (1 + s f) x jitter (mean log ~0.14)
+    assert abs(log_ratio[alone].mean()) < 0.01
+    resid = log_ratio[ov] - np.log1p(s * f[ov])
+    assert abs(resid.mean()) < 0.015 and np.abs(resid).max() < 0.15
+    assert log_ratio[ov].mean() > 0.1
+
+
+def test_stretch_is_one_correction_pass_on_the_same_jitter(h100_2rank, tmp_path, monkeypatch):
+    """Without the stretch the same seed gives the same jitter; each compute kernel is then
+    longer by exactly ``1 + s x f`` with ``f`` from that unstretched schedule (one pass, as the
+    replay applies a target's slowdown), up to the nanosecond rounding."""
+    from mtia_trace.synth import generate
+    from replay.hardware import model_for
+
+    monkeypatch.setattr(generate, "overlap_stretch", lambda tl: None)
+    synthesize(SynthOptions(ranks=2, batch=2048, steps=2, seed=0, source_hw="h100"), tmp_path / "t")
+    base, f, compute = _overlap(load(tmp_path / "t").events)
+    base = base[compute].assign(f=f[compute])
+    df, _, compute = _overlap(h100_2rank)
+    m = df[compute].merge(base, on=["rank", "correlation"], suffixes=("", "_base"))
+    assert len(m) == compute.sum() == len(base) and (m.f > 0).sum() >= 20
+    s = model_for("h100").overlap_slowdown()
+    np.testing.assert_allclose(m.dur_us, m.dur_us_base * (1 + s * m.f), rtol=0, atol=1.5e-3)
+    assert (m.dur_us[m.f == 0] == m.dur_us_base[m.f == 0]).all()

@@ -5,9 +5,11 @@ the spec's random-access efficiency. Collectives: the replay's own alpha-beta mo
 (`replay.hardware.collectives.collective_costs`, HARDWARE.md 2.4) on the bytes, group and
 placement the trace records for each rank, plus the NIC post cost it charges; each rank's
 collectives hold its link pool the way the replay's cost model does (``comm.link_sharing``).
-So a synthetic trace replayed on its ``--source-hw`` matches the as-measured replay up to the
-jitter. Host costs (dispatch, launches) come from the spec's ``host.kernel_launch_us``; the few
-host constants below are workload assumptions, not hardware numbers.
+Compute kernels overlapping communication on their rank are stretched by the replay model's
+overlap slowdown (``1 + s x f``, `timeline.overlap_stretch`). So a synthetic trace replayed on
+its ``--source-hw`` matches the as-measured replay up to the jitter. Host costs (dispatch,
+launches) come from the spec's ``host.kernel_launch_us``; the few host constants below are
+workload assumptions, not hardware numbers.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class SourceHardware:
     #: gets (``split`` link sharing), as `replay.hardware.model.HardwareModel` sets them
     pool_capacity: int = 1
     link_share: int = 1
+    #: the replay model's overlap slowdown ``s`` of this hardware: compute overlapping
+    #: communication on its rank runs ``1 + s x (overlapped fraction)`` times longer
+    overlap_slowdown: float = 0.0
 
     @classmethod
     def load(cls, name: str) -> SourceHardware:
@@ -82,6 +87,7 @@ class SourceHardware:
             spec=spec,
             pool_capacity=cap,
             link_share=cap if model.link_sharing() == "split" else 1,
+            overlap_slowdown=float(model.overlap_slowdown()),
         )
 
     def kernel_us(self, kind: str, flops: np.ndarray, nbytes: np.ndarray, bf16: bool) -> np.ndarray:

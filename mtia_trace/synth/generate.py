@@ -8,14 +8,15 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
 
 from mtia_trace.errors import RunExistsError, UsageError
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.model import SHARDINGS, Model
 from mtia_trace.synth.presets import PRESETS
 from mtia_trace.synth.sharding import host_groups, plan
-from mtia_trace.synth.timeline import HOST_PID, T0_NS, Timeline
-from mtia_trace.synth.workload import build_program
+from mtia_trace.synth.timeline import HOST_PID, T0_NS, Timeline, overlap_stretch
+from mtia_trace.synth.workload import Program, build_program
 from mtia_trace.synth.writer import RankWriter, write_trace
 
 MODES = ("train", "infer")
@@ -81,9 +82,7 @@ def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> 
     train = opts.mode == "train"
     p = plan(model, model.ranks, model.sharding, model.batch, hw.ranks_per_node, opts.zipf, train)
     prog = build_program(model, p, train)
-    tl = Timeline(hw, model.ranks, model.dtype != "float", opts.seed)
-    for s in range(opts.steps):
-        tl.step(prog, s + 1)
+    tl = _schedule(hw, model, prog, opts)
     if out.exists() and not force:
         raise RunExistsError(f"{out}: already exists; choose another -o or pass --force")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +99,21 @@ def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SynthResult(out, tuple(out / f.name for f in files), nev, total, model)
+
+
+def _schedule(hw: SourceHardware, model: Model, prog: Program, opts: SynthOptions) -> Timeline:
+    """Schedule the steps; then, where compute overlaps communication and the source hardware
+    has an overlap slowdown, once more with those kernels stretched (`timeline.overlap_stretch`;
+    the same seed, so the same jitter)."""
+    def run(stretch: np.ndarray | None) -> Timeline:
+        tl = Timeline(hw, model.ranks, model.dtype != "float", opts.seed, stretch)
+        for s in range(opts.steps):
+            tl.step(prog, s + 1)
+        return tl
+
+    tl = run(None)
+    stretch = overlap_stretch(tl)
+    return tl if stretch is None else run(stretch)
 
 
 def _write_all(tmp: Path, tl: Timeline, model: Model, hw: SourceHardware,

@@ -10,6 +10,14 @@ microsecond timestamps (3 decimals):
   collectives of a rank share its links, as in the replay's cost model), and it ends on each
   rank at that start plus the rank's cost (`costing.SourceHardware.collective_us`);
 - ``cudaDeviceSynchronize`` ends when every stream of the device is idle.
+
+Overlap slowdown: a compute kernel that overlaps communication kernels on its rank is stretched
+by ``1 + s x f`` (``s``: the source's `SourceHardware.overlap_slowdown`, ``f``: its overlapped
+fraction, `replay.run._overlap_fraction`, the replay's own definition), so the trace carries the
+interference the replay's scaled mode takes out of measured compute. As in the replay, one
+correction pass: the program is scheduled, the fractions taken from that schedule, and the
+program scheduled again with the same seed (same jitter draws) and the stretched kernels
+(`overlap_stretch`, `Timeline(stretch=...)`).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from mtia_trace.synth import costing as C
 from mtia_trace.synth.costing import SourceHardware
@@ -67,8 +76,13 @@ def fmt_list(values: np.ndarray) -> str:
 
 
 class Timeline:
-    def __init__(self, hw: SourceHardware, ranks: int, bf16: bool, seed: int) -> None:
+    def __init__(self, hw: SourceHardware, ranks: int, bf16: bool, seed: int,
+                 stretch: np.ndarray | None = None) -> None:
         self.hw, self.R, self.bf16 = hw, ranks, bf16
+        #: per compute kernel (in launch order) and rank: the factor its duration is stretched by
+        self.stretch = stretch
+        #: indices in ``recs`` of the compute-stream kernels, in launch order
+        self.compute_recs: list[int] = []
         self.rng = np.random.default_rng(seed)
         self.h = np.full(ranks, T0_NS, np.int64)
         self.free: dict[int, np.ndarray] = {COMPUTE_STREAM: self.h.copy()}
@@ -150,9 +164,13 @@ class Timeline:
                 k = leaf.kernel
                 corr, c0, c1 = self._runtime("cudaLaunchKernel", ext)
                 dur = self.hw.kernel_us(k.kind, k.flops, k.nbytes, self.bf16)
-                dur = np.rint(dur * 1e3 * self.rng.lognormal(0.0, C.DEVICE_JITTER, self.R)).astype(np.int64)
+                dur = dur * 1e3 * self.rng.lognormal(0.0, C.DEVICE_JITTER, self.R)
+                if self.stretch is not None:
+                    dur = dur * self.stretch[len(self.compute_recs)]
+                dur = np.rint(dur).astype(np.int64)
                 ks = np.maximum(c1, self.free[COMPUTE_STREAM])
                 self.free[COMPUTE_STREAM] = ks + dur
+                self.compute_recs.append(len(self.recs))
                 self._device("kernel", k.name, COMPUTE_STREAM, corr, ext, ks, ks + dur,
                              {"queued": 0, "context": 1, "stream": COMPUTE_STREAM},
                              call_start=c0)
@@ -270,6 +288,34 @@ class Timeline:
         self.h = self.h + self._host(1.0)
         self.recs.append(Rec("X", "user_annotation", f"ProfilerStep#{number}", False, -1, start,
                              self.h - start, ext, None, args={"Record function id": 0}))
+
+
+def overlap_stretch(tl: Timeline) -> np.ndarray | None:
+    """Per compute kernel of ``tl`` (launch order) and rank: ``1 + s x f``, ``f`` the fraction of
+    it overlapping communication kernels of its rank in ``tl``'s schedule, for the kernels the
+    replay treats as compute (`replay.run.COMPUTE_KINDS`, kinds as ingest classifies them);
+    ``None`` when nothing is stretched (``s == 0`` or no overlap)."""
+    from mtia_trace.ingest.classify import classify
+    from replay.run import COMPUTE_KINDS, _overlap_fraction
+
+    s = tl.hw.overlap_slowdown
+    if s <= 0 or not tl.compute_recs:
+        return None
+    dev = [i for i, r in enumerate(tl.recs) if r.device and r.ph == "X" and r.cat == "kernel"]
+    kinds = [classify(tl.recs[i].cat, tl.recs[i].name) for i in dev]
+    R = tl.R
+    start = np.stack([tl.recs[i].ts for i in dev]).astype(np.float64)          # (events, ranks)
+    end = start + np.stack([tl.recs[i].dur for i in dev]).astype(np.float64)
+    table = pa.table({"rank": pa.array(np.tile(np.arange(R), len(dev))),
+                      "is_device": pa.array(np.ones(len(dev) * R, dtype=bool)),
+                      "kind": pa.array(np.repeat(np.array(kinds, dtype=object), R), pa.string())})
+    start -= T0_NS
+    end -= T0_NS
+    frac = _overlap_fraction(table, start.ravel() / 1e3, end.ravel() / 1e3).reshape(len(dev), R)
+    frac *= np.isin(np.array(kinds, dtype=object), COMPUTE_KINDS)[:, None]
+    row = {i: k for k, i in enumerate(dev)}
+    f = frac[[row[i] for i in tl.compute_recs]]
+    return 1.0 + s * f if f.any() else None
 
 
 _TORCH_TYPE = {"Float": "float", "Long": "long int", "Int": "int", "BFloat16": "c10::BFloat16",
