@@ -7,7 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzers._common import covered, union, work_events
+from analyzers._common import work_events
+from replay.intervals import covered, union
 
 NAME = "exposed_comm"
 DESCRIPTION = "Communication not hidden by compute, per collective type and process group."

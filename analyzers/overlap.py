@@ -6,7 +6,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzers._common import covered, union, work_events
+from analyzers._common import work_events
+from replay.intervals import covered, union
 
 NAME = "overlap"
 DESCRIPTION = "Share of each rank's communication time overlapped by computation, as HTA reports it."

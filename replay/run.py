@@ -26,6 +26,7 @@ from replay.attribution import attribute_steps, check_attribution, passive_event
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts, device_waits
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import Graph, _is_in, build_graph
+from replay.intervals import covered, union
 from replay.result import ReplayResult
 from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
 
@@ -62,24 +63,11 @@ def _overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> n
     comm = is_dev & _is_in(events, "kind", ["collective", "p2p"])
     frac = np.zeros(len(rank))
     for r in np.unique(rank[comm]).tolist():  # ranks
-        cs, ce = start[comm & (rank == r)], end[comm & (rank == r)]
-        o = np.argsort(cs)
-        cs, ce = cs[o], np.maximum.accumulate(ce[o])
-        # union of comm intervals
-        new = np.ones(len(cs), dtype=bool)
-        new[1:] = cs[1:] > ce[:-1]
-        gs = cs[new]
-        ge = np.append(ce[np.flatnonzero(new)[1:] - 1], ce[-1])
-        cov = np.concatenate([[0.0], np.cumsum(ge - gs)])
-
-        def covered(t: np.ndarray) -> np.ndarray:
-            k = np.searchsorted(gs, t, side="right")
-            inside = np.where(k > 0, np.minimum(t, ge[np.maximum(k - 1, 0)]) - gs[np.maximum(k - 1, 0)], 0.0)
-            return cov[np.maximum(k - 1, 0)] * (k > 0) + np.clip(inside, 0, None)
-
-        sel = (rank == r) & is_dev & ~comm
+        on_rank = rank == r
+        seg_s, seg_e = union(start[comm & on_rank], end[comm & on_rank])
+        sel = on_rank & is_dev & ~comm
         span = end[sel] - start[sel]
-        ov = covered(end[sel]) - covered(start[sel])
+        ov = covered(seg_s, seg_e, start[sel], end[sel])
         frac[np.flatnonzero(sel)] = np.where(span > 0, ov / np.where(span > 0, span, 1), 0.0)
     return frac
 

@@ -14,6 +14,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import typer
 
+from analyzers.report.fmt import NOISE_US
 from mtia_trace.errors import UsageError
 
 
@@ -31,10 +32,9 @@ OUTPUT_OPTION = typer.Option(None, "-o", "--output",
 
 
 #: Float noise of sums that cancel: below this a value shows as 0. Columns in µs (named
-#: ``*_us``) use 1e-6 µs (1 ps, far below any timed event); other columns (fractions, rates such
-#: as a 1e-7 loss rate) keep everything above 1e-9.
+#: ``*_us``) use `NOISE_US` (1 ps, far below any timed event); other columns (fractions, rates
+#: such as a 1e-7 loss rate) keep everything above 1e-9.
 NOISE = 1e-9
-NOISE_US = 1e-6
 
 
 def _cell(value: object, noise: float = NOISE) -> str:
