@@ -65,23 +65,23 @@ def test_bad_override_is_one_line_error(item: str, words: str) -> None:
     assert words in msg and "\n" not in msg
 
 
-def test_spec_file_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text, words", [
+    ("name = 'x'\n[hbm]\nbandwidth_GBps = 5\n", "bandwidth_GBps must be"),
+    ("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, confidence = 'published' }\n", "no source"),
+    ("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'guess' }\n",
+     "confidence"),
+    ("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'assumed' }\n",
+     "missing keys"),
+    ("name = [\n", "not valid TOML"),
+])
+def test_spec_file_errors(tmp_path: Path, text: str, words: str) -> None:
     bad = tmp_path / "x.toml"
-    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = 5\n")
-    with pytest.raises(HardwareSpecError, match="bandwidth_GBps must be"):
+    bad.write_text(text)
+    with pytest.raises(HardwareSpecError, match=words):
         load_spec(bad)
-    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, confidence = 'published' }\n")
-    with pytest.raises(HardwareSpecError, match="no source"):
-        load_spec(bad)
-    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'guess' }\n")
-    with pytest.raises(HardwareSpecError, match="confidence"):
-        load_spec(bad)
-    bad.write_text("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'assumed' }\n")
-    with pytest.raises(HardwareSpecError, match="missing keys"):
-        load_spec(bad)
-    bad.write_text("name = [\n")
-    with pytest.raises(HardwareSpecError, match="not valid TOML"):
-        load_spec(bad)
+
+
+def test_unknown_spec_name() -> None:
     with pytest.raises(HardwareSpecError, match="no such hardware spec"):
         load_spec("tpu9")
 

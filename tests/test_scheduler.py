@@ -139,13 +139,19 @@ def traces(draw):
     return rows
 
 
-@settings(max_examples=60, deadline=None)
-@given(traces(), st.data())
-def test_vectorized_schedule_equals_reference(rows, data):
+def graph_and_durations(rows, data):  # noqa: ANN001, ANN201
+    """The graph of a drawn trace and its measured durations scaled by drawn factors."""
     t = table(rows)
     g = build_graph(t, max_ready_lag_us=None)
     dur = t.column("dur_us").to_numpy() * np.array(
         data.draw(st.lists(st.floats(0.2, 3.0), min_size=t.num_rows, max_size=t.num_rows)))
+    return g, dur
+
+
+@settings(max_examples=60, deadline=None)
+@given(traces(), st.data())
+def test_vectorized_schedule_equals_reference(rows, data):
+    g, dur = graph_and_durations(rows, data)
     s = schedule(g, dur)
     ref = reference_schedule(g, dur)
     assert np.allclose(s.T, ref, rtol=0, atol=1e-9)
@@ -198,10 +204,7 @@ def _solver(g, dur):
 @given(traces(), st.data())
 def test_worklist_equals_rescans_bit_for_bit(rows, data):
     # every time depends only on its track's inputs, not on how the work was split
-    t = table(rows)
-    g = build_graph(t, max_ready_lag_us=None)
-    dur = t.column("dur_us").to_numpy() * np.array(
-        data.draw(st.lists(st.floats(0.2, 3.0), min_size=t.num_rows, max_size=t.num_rows)))
+    g, dur = graph_and_durations(rows, data)
     sv = _solver(g, dur)
     T1, _ = sv.run(sv.base_pos, 2 * g.n)
     M1 = sv.M.copy()
