@@ -110,7 +110,7 @@ def bench(events: pa.Table, label: str) -> None:
     from replay.costs import COMPONENTS, AsMeasured
     from replay.critical_path import path_tables
     from replay.graph import build_graph
-    from replay.run import _costing_input
+    from replay.run import costing_input
     from replay.scheduler import schedule
 
     n = events.num_rows
@@ -119,7 +119,7 @@ def bench(events: pa.Table, label: str) -> None:
     t0 = time.perf_counter()
     g = build_graph(events)
     t1 = time.perf_counter()
-    costs = AsMeasured().cost(_costing_input(events, g))
+    costs = AsMeasured().cost(costing_input(events, g))
     comps = {c: getattr(costs, f"{c}_us") for c in COMPONENTS}
     t2 = time.perf_counter()
     s = schedule(g, sum(comps.values()))

@@ -38,7 +38,7 @@ COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optim
 MEASURED_DUR = "measured_dur_us"
 
 
-def _costing_input(events: pa.Table, g: Graph) -> pa.Table:
+def costing_input(events: pa.Table, g: Graph) -> pa.Table:
     """The events with ``dur_us`` corrected (module docstring); the measured durations ride
     along as `MEASURED_DUR`, for models that need the measured schedule (e.g. where compute
     overlapped communication in the trace)."""
@@ -56,7 +56,7 @@ def _costing_input(events: pa.Table, g: Graph) -> pa.Table:
     return out.append_column(MEASURED_DUR, measured.cast(pa.float64()))
 
 
-def _overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per event: fraction of its span overlapping communication device events of its rank."""
     rank = events.column("rank").to_numpy()
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
@@ -91,14 +91,14 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
             raise ValueError(f"graph has {graph.n} events, the table {events.num_rows}")
         g = graph
     say("costing")
-    costs: EventCosts = model.cost(_costing_input(events, g))
+    costs: EventCosts = model.cost(costing_input(events, g))
     comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64) for c in COMPONENTS}
     dur = sum(comps.values())
     say("scheduling")
     s = schedule(g, dur, costs.resource, costs.resource_capacity)
     slow = float(model.overlap_slowdown())
     if slow > 0:
-        frac = _overlap_fraction(events, s.T[0::2], s.T[1::2])
+        frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
         stretch = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
         if stretch.any():
             comps["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
@@ -109,7 +109,7 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     steps, walks = attribute_steps(events, g, s, pt)
     check_attribution(steps)
     crit = mark_critical(g, walks, passive_events(events))
-    out_events = _replayed_events(events, g, s, comps, crit)
+    out_events = replayed_events(events, g, s, comps, crit)
     collectives = _collectives(events, g, s, comps)
     summary = summarize(events, g, s, comps, steps)
     notes = dict(g.notes)
@@ -119,7 +119,7 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
                         summary=summary, hardware=getattr(model, "name", "custom"), notes=notes)
 
 
-def _replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
+def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
                      crit: np.ndarray) -> pa.Table:
     start = s.T[0::2]
     end = s.T[1::2]

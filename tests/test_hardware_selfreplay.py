@@ -27,7 +27,7 @@ from replay.hardware import collectives as coll_mod
 from replay.hardware import load_spec, model_for
 from replay.hardware.compute import kind_codes, kind_mask
 from replay.hardware.model import WORK_KINDS
-from replay.run import COMPUTE_KINDS, MEASURED_DUR, _costing_input, _overlap_fraction, replay_events
+from replay.run import COMPUTE_KINDS, MEASURED_DUR, costing_input, overlap_fraction, replay_events
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "synth" / "dcnv2_train_2rank"
 
@@ -47,7 +47,7 @@ def _measured_compute(events: pa.Table, c) -> np.ndarray:  # noqa: ANN001
     overlapped communication in the measured trace (scaled mode takes it out)."""
     ts = events.column("ts_us").to_numpy()
     col = MEASURED_DUR if MEASURED_DUR in events.schema.names else "dur_us"
-    f = _overlap_fraction(events, ts, ts + events.column(col).to_numpy())
+    f = overlap_fraction(events, ts, ts + events.column(col).to_numpy())
     f *= kind_mask(kind_codes(events.column("kind")), *COMPUTE_KINDS)
     return c.compute_us * (1.0 + model_for("h100").overlap_slowdown() * f)
 
@@ -133,7 +133,7 @@ def test_h100_replay_of_h100_synth_close_to_as_measured(tmp_path: Path, opts: di
     if opts.get("ranks", 40) > 8:
         assert hr.notes["collective_algorithms"]["hierarchical"] > 0  # crosses nodes
     # compute and fetch are carried over exactly, but for h100's own overlap slowdown
-    ci = _costing_input(ev, g)
+    ci = costing_input(ev, g)
     c, m = hm.cost(ci), AsMeasured().cost(ci)
     kind = kind_codes(ev.column("kind"))
     work = kind_mask(kind, *WORK_KINDS) & ev.column("is_device").to_numpy(zero_copy_only=False)

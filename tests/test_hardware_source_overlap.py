@@ -10,7 +10,7 @@ import pytest
 from replay.graph import build_graph
 from replay.hardware import model_for
 from replay.hardware.source import tag_source
-from replay.run import _costing_input, _overlap_fraction, replay_events
+from replay.run import costing_input, overlap_fraction, replay_events
 from tests.replay_tables import dev, table
 
 GEMM_US, AR_US = 500.0, 1000.0
@@ -46,7 +46,7 @@ def _gemms(t: pa.Table) -> np.ndarray:
 
 def _replayed_frac(r) -> np.ndarray:
     ev = r.events
-    return _overlap_fraction(ev, ev.column("start_us").to_numpy(), ev.column("end_us").to_numpy())
+    return overlap_fraction(ev, ev.column("start_us").to_numpy(), ev.column("end_us").to_numpy())
 
 
 S_H100 = model_for("h100").overlap_slowdown()
@@ -56,7 +56,7 @@ def test_gemm_overlaps_all_reduce_in_the_measured_trace() -> None:
     ev = _events(100.0)
     g = _gemms(ev)
     ts, dur = ev.column("ts_us").to_numpy(), ev.column("dur_us").to_numpy()
-    np.testing.assert_allclose(_overlap_fraction(ev, ts, ts + dur)[g], 1.0)
+    np.testing.assert_allclose(overlap_fraction(ev, ts, ts + dur)[g], 1.0)
     assert S_H100 > 0.1
 
 
@@ -73,7 +73,7 @@ def test_h100_self_replay_does_not_double_count_the_slowdown() -> None:
     assert r.notes["source_overlap_removed_us"] == pytest.approx(
         2 * GEMM_US * S_H100 / (1 + S_H100), rel=1e-12)
     # costing alone: the measured compute without the source's interference
-    c = m.cost(_costing_input(ev, build_graph(ev)))
+    c = m.cost(costing_input(ev, build_graph(ev)))
     np.testing.assert_allclose(c.compute_us[g], GEMM_US / (1 + S_H100), rtol=1e-12)
 
 
@@ -98,8 +98,8 @@ def test_no_overlap_no_change() -> None:
     ev = _events(AR_US + 500.0)  # separate streams, gemm after the all-reduce in the trace
     ts, dur = ev.column("ts_us").to_numpy(), ev.column("dur_us").to_numpy()
     g = _gemms(ev)
-    assert not _overlap_fraction(ev, ts, ts + dur)[g].any()
-    c = model_for("h100", mode="scaled").cost(_costing_input(ev, build_graph(ev)))
+    assert not overlap_fraction(ev, ts, ts + dur)[g].any()
+    c = model_for("h100", mode="scaled").cost(costing_input(ev, build_graph(ev)))
     np.testing.assert_array_equal(c.compute_us[g], GEMM_US)
     assert c.notes["source_overlap_removed_events"] == 0
     assert c.notes["source_overlap_removed_us"] == 0.0
@@ -107,5 +107,5 @@ def test_no_overlap_no_change() -> None:
 
 def test_roofline_mode_keeps_its_compute() -> None:
     ev = _events(100.0)
-    c = model_for("h100", mode="roofline").cost(_costing_input(ev, build_graph(ev)))
+    c = model_for("h100", mode="roofline").cost(costing_input(ev, build_graph(ev)))
     assert "source_overlap_removed_us" not in c.notes

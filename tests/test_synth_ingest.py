@@ -96,11 +96,11 @@ def h100_2rank(tmp_path_factory):
 
 
 def _overlap(events):
-    from replay.run import COMPUTE_KINDS, _overlap_fraction
+    from replay.run import COMPUTE_KINDS, overlap_fraction
 
     df = events.to_pandas()
     ts = df.ts_us.to_numpy()
-    f = _overlap_fraction(events, ts, ts + df.dur_us.to_numpy())
+    f = overlap_fraction(events, ts, ts + df.dur_us.to_numpy())
     compute = (df.is_device & df.kind.isin(COMPUTE_KINDS)).to_numpy()
     return df, f, compute
 

@@ -13,7 +13,7 @@ microsecond timestamps (3 decimals):
 
 Overlap slowdown: a compute kernel that overlaps communication kernels on its rank is stretched
 by ``1 + s x f`` (``s``: the source's `SourceHardware.overlap_slowdown`, ``f``: its overlapped
-fraction, `replay.run._overlap_fraction`, the replay's own definition), so the trace carries the
+fraction, `replay.run.overlap_fraction`, the replay's own definition), so the trace carries the
 interference the replay's scaled mode takes out of measured compute. As in the replay, one
 correction pass: the program is scheduled, the fractions taken from that schedule, and the
 program scheduled again with the same seed (same jitter draws) and the stretched kernels
@@ -296,7 +296,7 @@ def overlap_stretch(tl: Timeline) -> np.ndarray | None:
     replay treats as compute (`replay.run.COMPUTE_KINDS`, kinds as ingest classifies them);
     ``None`` when nothing is stretched (``s == 0`` or no overlap)."""
     from mtia_trace.ingest.classify import classify
-    from replay.run import COMPUTE_KINDS, _overlap_fraction
+    from replay.run import COMPUTE_KINDS, overlap_fraction
 
     s = tl.hw.overlap_slowdown
     if s <= 0 or not tl.compute_recs:
@@ -311,7 +311,7 @@ def overlap_stretch(tl: Timeline) -> np.ndarray | None:
                       "kind": pa.array(np.repeat(np.array(kinds, dtype=object), R), pa.string())})
     start -= T0_NS
     end -= T0_NS
-    frac = _overlap_fraction(table, start.ravel() / 1e3, end.ravel() / 1e3).reshape(len(dev), R)
+    frac = overlap_fraction(table, start.ravel() / 1e3, end.ravel() / 1e3).reshape(len(dev), R)
     frac *= np.isin(np.array(kinds, dtype=object), COMPUTE_KINDS)[:, None]
     row = {i: k for k, i in enumerate(dev)}
     f = frac[[row[i] for i in tl.compute_recs]]

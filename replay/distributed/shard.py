@@ -120,7 +120,7 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
           ) -> Shard:
     """Insert ghosts (columns rank, ts, step, pg, seq, gid) and the anchor, build and cost."""
     from replay.costs import COMPONENTS
-    from replay.run import _costing_input
+    from replay.run import costing_input
 
     ev = ing.events
     n_loc = ev.num_rows
@@ -161,7 +161,7 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
     gid[~local] = ghost_gid[order[~local] - n_loc]
 
     g = build_graph(allev)
-    costs = model.cost(_costing_input(allev, g))  # type: ignore[attr-defined]
+    costs = model.cost(costing_input(allev, g))  # type: ignore[attr-defined]
     comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64).copy() for c in COMPONENTS}
     for c in comps:
         comps[c][~local] = 0.0
@@ -196,10 +196,10 @@ def arrivals(sh: Shard, ghost_arrivals: np.ndarray) -> np.ndarray:
 def stretch(sh: Shard, ghost_arrivals: np.ndarray, slow: float) -> Shard:
     """The overlap-slowdown correction of `replay.run.replay_events` on the converged schedule."""
     from replay.graph import _is_in
-    from replay.run import COMPUTE_KINDS, _overlap_fraction
+    from replay.run import COMPUTE_KINDS, overlap_fraction
 
     _g, s = _schedule(sh, ghost_arrivals)
-    frac = _overlap_fraction(sh.events, s.T[0::2], s.T[1::2])
+    frac = overlap_fraction(sh.events, s.T[0::2], s.T[1::2])
     m = _is_in(sh.events, "kind", COMPUTE_KINDS) & (frac > 0) & sh.local
     if not m.any():
         return sh
@@ -218,14 +218,14 @@ def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
     from mtia_trace.storage import partition_path, write_partition
     from replay.attribution import attribute_steps, check_attribution, summarize
     from replay.critical_path import mark_critical, path_tables
-    from replay.run import _replayed_events
+    from replay.run import replayed_events
 
     g, s = _schedule(sh, ghost_arrivals)
     ev = sh.events
     pt = path_tables(g, s, sh.comps)
     steps, walks = attribute_steps(ev, g, s, pt)
     crit = mark_critical(g, walks)
-    out = _replayed_events(ev, g, s, sh.comps, crit)
+    out = replayed_events(ev, g, s, sh.comps, crit)
     summary = summarize(ev, g, s, sh.comps, steps)
     mine = np.asarray(sh.ranks, dtype=np.int32)
     steps = steps.filter(pa.array(np.isin(steps.column("rank").to_numpy(), mine)))

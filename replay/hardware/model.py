@@ -255,7 +255,7 @@ class HardwareModel:
         communication in the measured trace: divide its compute part by ``1 + s_source x f``
         (``f``: its overlapped fraction in the measured schedule, same rank), so the replay's
         stretch by the target's slowdown is not applied on top of the source's."""
-        from replay.run import COMPUTE_KINDS, MEASURED_DUR, _overlap_fraction
+        from replay.run import COMPUTE_KINDS, MEASURED_DUR, overlap_fraction
 
         s_src = HardwareModel(source).overlap_slowdown()
         m = is_dev & kind_mask(kind, *COMPUTE_KINDS)
@@ -263,7 +263,7 @@ class HardwareModel:
         if s_src > 0 and m.any():
             ts = _np(events, "ts_us")
             dur = _np(events, MEASURED_DUR if MEASURED_DUR in events.schema.names else "dur_us")
-            f = _overlap_fraction(events, ts, ts + dur)
+            f = overlap_fraction(events, ts, ts + dur)
             m &= f > 0
             before = costs.compute_us[m]
             after = before / (1.0 + s_src * f[m])
