@@ -33,7 +33,7 @@ def generated(n_events: int, ranks: int = 8, steps: int = 10, seed: int = 0) -> 
     base = 0
     for r in range(ranks):
         h_ts, h_dur, h_depth, h_kind, h_name, h_corr, h_step = [], [], [], [], [], [], []
-        d_ts, d_dur, d_str, d_kind, d_corr, d_step, d_launch = [], [], [], [], [], [], []
+        d_ts, d_dur, d_str, d_kind, d_corr, d_step = [], [], [], [], [], []
         t = 0.0
         free = {7: 0.0, 9: 0.0}
         for s in range(steps):

@@ -8,11 +8,15 @@ import orjson
 import pytest
 import report_sample
 
-from analyzers.report.compare import (MARKDOWN_LIMIT, compare_runs, parse_threshold,
-                                      render_compare_markdown)
+from analyzers.report.compare import (
+    MARKDOWN_LIMIT,
+    compare_runs,
+    parse_threshold,
+    render_compare_markdown,
+)
 from analyzers.report.run_data import run_from_result
-from tests.conftest import invoke_cli as cli
 from mtia_trace.errors import UsageError
+from tests.conftest import invoke_cli as cli
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ PLAIN = ["network.intra_node_GBps=100", "comm.intra_efficiency=1", "network.late
          "comm.inter_efficiency=1", "network.inter_latency_us=0"]
 
 
-def events(rows: list[dict]) -> "pa.Table":  # noqa: F821
+def events(rows: list[dict]) -> pa.Table:  # noqa: F821
     cols: dict[str, list] = {}
     keys = ("rank", "kind", "is_device", "name", "dur_us", "flops", "bytes_read", "bytes_written",
             "dtype", "coll_op", "coll_bytes_in", "coll_bytes_out", "group_size", "parent_id",

@@ -11,8 +11,14 @@ import pytest
 from mtia_trace.errors import HardwareSpecError
 from replay.hardware import load_spec, model_for
 from replay.hardware.collectives import parse_ranks, placement
-from replay.hardware.source import (detect_source, resolve_source, spec_for_device, tag_source,
-                                    tagged_source, with_source)
+from replay.hardware.source import (
+    detect_source,
+    resolve_source,
+    spec_for_device,
+    tag_source,
+    tagged_source,
+    with_source,
+)
 from tests.test_hardware_costs import PLAIN, coll, events
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "synth" / "dcnv2_train_2rank"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-import numpy as np
 import msgspec
+import numpy as np
 import pyarrow.compute as pc
 import pytest
 
@@ -21,7 +21,7 @@ TRACES = real_traces()
 _IDS = [str(p.relative_to(REAL)) if REAL.is_dir() else p.name for p in TRACES]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ingest(path: Path):
     return load(path)
 

@@ -13,9 +13,9 @@ import pytest
 from runfixture import tiny_meta, tiny_tables
 
 from analyzers import ANALYZERS
+from mtia_trace.errors import QueryError
 from mtia_trace.runs import VIEWS, connect, query
 from mtia_trace.storage import write_run
-from mtia_trace.errors import QueryError
 
 
 @pytest.fixture(scope="module")

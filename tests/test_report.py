@@ -13,9 +13,9 @@ from analyzers.report.build import build_report, report_dict
 from analyzers.report.headline import attribution, findings
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run, run_from_result
-from tests.conftest import invoke_cli as cli
 from mtia_trace.progress import Progress
 from mtia_trace.schema import ATTRIBUTION
+from tests.conftest import invoke_cli as cli
 
 GOLDEN = Path(__file__).parent / "golden" / "report_sample.md"
 

@@ -10,8 +10,6 @@ import pytest
 from tests.conftest import SAMPLES
 
 
-
-
 def _late_kernel_trace(path: Path) -> Path:
     """One step whose kernel starts 2950 us after its launch (beyond the 1000 us ready-lag cap):
     the replay cannot reproduce the delay, so the step replays ~49% short."""

@@ -10,8 +10,15 @@ import pyarrow as pa
 
 from analyzers.report import figures as figs
 from analyzers.report import fmt
-from analyzers.report.document import (Block, Figure, Heading, Items, Paragraph, Table,
-                                       table_from_arrow)
+from analyzers.report.document import (
+    Block,
+    Figure,
+    Heading,
+    Items,
+    Paragraph,
+    Table,
+    table_from_arrow,
+)
 from analyzers.report.headline import WORDS, Attribution, attribution, findings
 from analyzers.report.run_data import RunData
 from mtia_trace.schema import ATTRIBUTION

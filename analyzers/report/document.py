@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Figure:
     alt: str = ""
 
 
-Block = Union[Heading, Paragraph, Items, Table, Figure]
+Block = Heading | Paragraph | Items | Table | Figure
 
 
 def table_from_arrow(table: object, *, limit: int = 10, cell=None) -> Table:

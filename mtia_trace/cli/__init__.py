@@ -35,9 +35,19 @@ def _root(
 
 def _register() -> None:
     """The explicit list of commands (one module each), in the order `--help` shows them."""
-    from mtia_trace.cli import (analyze_cmd, compare_cmd, export_cmd, hw_cmd, inspect_cmd,
-                                query_cmd, replay_cmd, report_cmd, sweep_cmd, synth_cmd,
-                                validate_cmd)
+    from mtia_trace.cli import (
+        analyze_cmd,
+        compare_cmd,
+        export_cmd,
+        hw_cmd,
+        inspect_cmd,
+        query_cmd,
+        replay_cmd,
+        report_cmd,
+        sweep_cmd,
+        synth_cmd,
+        validate_cmd,
+    )
 
     app.command("inspect")(inspect_cmd.inspect)
     app.command("replay")(replay_cmd.replay)

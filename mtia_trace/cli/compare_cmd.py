@@ -9,8 +9,14 @@ from pathlib import Path
 import orjson
 import typer
 
-from analyzers.report.compare import (METRICS, check_metric, compare_dict, compare_runs,
-                                      parse_threshold, render_compare_markdown)
+from analyzers.report.compare import (
+    METRICS,
+    check_metric,
+    compare_dict,
+    compare_runs,
+    parse_threshold,
+    render_compare_markdown,
+)
 from analyzers.report.run_data import RunData, load_run
 from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
 from mtia_trace.cli.report_cmd import write_output

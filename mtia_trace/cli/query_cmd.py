@@ -8,7 +8,8 @@ import typer
 
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit
 from mtia_trace.errors import UsageError
-from mtia_trace.runs import connect, query as run_query, views_sql
+from mtia_trace.runs import connect, views_sql
+from mtia_trace.runs import query as run_query
 from mtia_trace.storage import find_runs
 
 

@@ -8,8 +8,13 @@ import pyarrow as pa
 import typer
 
 from mtia_trace import schema
-from mtia_trace.cli.options import (LOSS_RATE_OPTION, SEED_OPTION, SET_OPTION, SOURCE_HW_OPTION,
-                                    TRACE_ARGUMENT)
+from mtia_trace.cli.options import (
+    LOSS_RATE_OPTION,
+    SEED_OPTION,
+    SET_OPTION,
+    SOURCE_HW_OPTION,
+    TRACE_ARGUMENT,
+)
 from mtia_trace.cli.output import render_table
 from mtia_trace.progress import Progress
 from mtia_trace.replay_job import Mode, ReplayOptions, destinations, replay_trace, split_hw

@@ -34,11 +34,12 @@ def sweep(
 
     Example: mtia-trace sweep trace_dir --hw mtia300 --vary comm.message_engines=4,8,16,32
     """
+    from mtia_trace.ingest import load
     from mtia_trace.progress import Progress
     from mtia_trace.replay_job import trace_stem
-    from mtia_trace.ingest import load
     from replay.hardware.source import with_source
-    from replay.sweep import parse_vary, sweep as run_sweep
+    from replay.sweep import parse_vary
+    from replay.sweep import sweep as run_sweep
 
     if mode not in ("auto", "roofline", "scaled"):
         raise UsageError(f"--mode {mode}: use auto, roofline or scaled")

@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mtia_trace import schema
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.assemble import build
 from mtia_trace.ingest.kineto import FileInfo, RawFile, read_file

@@ -22,9 +22,8 @@ time), so concurrent collectives never exceed the links' aggregate bandwidth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa

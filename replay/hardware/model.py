@@ -41,8 +41,16 @@ from mtia_trace.errors import UsageError
 from mtia_trace.schema import KINDS
 from replay.costs import EventCosts
 from replay.hardware import collectives as coll_mod
-from replay.hardware.compute import (GEMM_KINDS, kind_mask, ROOFLINE_KINDS, is_link_copy, kind_codes,
-                                     peak_flop_per_us, roofline, zipf_hit_ratio)
+from replay.hardware.compute import (
+    GEMM_KINDS,
+    ROOFLINE_KINDS,
+    is_link_copy,
+    kind_codes,
+    kind_mask,
+    peak_flop_per_us,
+    roofline,
+    zipf_hit_ratio,
+)
 from replay.hardware.retries import retry_costs, rto_us
 from replay.hardware.source import ADVICE, tagged_source
 from replay.hardware.spec import PATH_KEYS, REQUIRED_KEYS, HardwareSpec, load_spec
