@@ -2,23 +2,28 @@
 
 Views: ``events``, ``edges``, ``steps``, ``collectives``, ``summary`` (one per Parquet file, with a
 leading ``run`` column naming the run) and ``runs`` (one row of metadata per run). Several runs
-are stacked in the same views. Queries may only read: statements other than SELECT / EXPLAIN are
-refused, and the connection can reach no file except the runs' Parquet files.
+are stacked in the same views. Queries may only read. DuckDB enforces it: the runs' Parquet files
+are opened by Arrow and registered as datasets, so the engine runs with external access off and
+can open no file at all (no COPY, EXPORT, ATTACH, INSTALL, secret or profile output), with its
+configuration locked. A statement filter (SELECT, and EXPLAIN of a SELECT) is the second line.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from mtia_trace.errors import QueryError
 from mtia_trace.storage import TABLES, Run, find_runs
 
 VIEWS: tuple[str, ...] = (*TABLES, "runs")
-_ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+#: ``EXPLAIN [ANALYZE]`` or ``EXPLAIN (options)`` before the statement it explains (and runs).
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\b|\((?:[^()']|'[^']*')*\))?", re.IGNORECASE)
 
 #: Columns of the ``runs`` view: (name, SQL type, getter over run.json).
 _RUN_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -74,18 +79,42 @@ def views_sql(runs: Sequence[Run], *, relative: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _dataset_name(table: str, i: int) -> str:
+    return f"_{table}_{i}"
+
+
+def _engine_views_sql(runs: Sequence[Run]) -> str:
+    """The views over registered Arrow datasets (the engine itself opens no file)."""
+    out = []
+    for table in TABLES:
+        parts = [f"SELECT {_lit(run.name)} AS run, * FROM {_dataset_name(table, i)}"
+                 for i, run in enumerate(runs)]
+        out.append(f"CREATE OR REPLACE VIEW {table} AS\n  "
+                   + "\n  UNION ALL BY NAME\n  ".join(parts) + ";")
+    sql = views_sql(runs)
+    return "\n".join(out) + "\n" + sql[sql.index("CREATE OR REPLACE VIEW runs"):]
+
+
 def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the views over ``runs``, unable to touch any other file."""
+    """An in-memory DuckDB with the views over ``runs``, unable to touch any file.
+
+    The runs' Parquet files are opened read-only by Arrow and handed to DuckDB as datasets, so
+    the engine needs no file access at all: external access is off, the configuration locked and
+    extension autoloading disabled, which DuckDB enforces for every statement (COPY, EXPORT,
+    ATTACH, INSTALL, secrets, pragmas) whatever the statement filter in `query` lets through.
+    """
     if isinstance(runs, str | Path):
         runs = [runs]
     resolved = [r if isinstance(r, Run) else None for r in runs]
     if any(r is None for r in resolved):
         resolved = find_runs([r.path if isinstance(r, Run) else r for r in runs])
-    con = duckdb.connect(":memory:")
-    con.execute(views_sql(resolved))  # type: ignore[arg-type]
-    files = [str(f) for r in resolved for t in TABLES  # type: ignore[union-attr]
-             for f in r.table_files(t)]
-    con.execute("SET allowed_paths = " + "[" + ", ".join(_lit(f) for f in files) + "]")
+    con = duckdb.connect(":memory:", config={
+        "autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for i, run in enumerate(resolved):
+        for table in TABLES:
+            files = [str(f) for f in run.table_files(table)]
+            con.register(_dataset_name(table, i), ds.dataset(files, format="parquet"))
+    con.execute(_engine_views_sql(resolved))
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
@@ -101,6 +130,28 @@ def _one_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def _refused(con: duckdb.DuckDBPyConnection, st: object) -> str | None:
+    """Why the statement filter refuses ``st`` (its type's name), or None for a plain read.
+
+    EXPLAIN ANALYZE runs what it explains, so an EXPLAIN passes only when the statement it
+    explains parses on its own as a SELECT.
+    """
+    kind = st.type  # type: ignore[attr-defined]
+    if kind is duckdb.StatementType.SELECT:
+        return None
+    if kind is not duckdb.StatementType.EXPLAIN:
+        return kind.name
+    text = st.query  # type: ignore[attr-defined]
+    prefix = _EXPLAIN.match(text)
+    try:
+        inner = con.extract_statements(text[prefix.end():]) if prefix else []
+    except duckdb.Error:
+        inner = []
+    if len(inner) == 1 and inner[0].type is duckdb.StatementType.SELECT:
+        return None
+    return f"EXPLAIN {inner[0].type.name}" if len(inner) == 1 else "unrecognised EXPLAIN"
+
+
 def query(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "query") -> pa.Table:
     """Run ``sql`` (one or more read-only statements) and return the last result as Arrow."""
     hint = f"available views: {', '.join(VIEWS)} (`mtia-trace query RUN --views` shows them)"
@@ -111,9 +162,10 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "query") ->
     if not statements:
         raise QueryError(f"{source}: no SQL statement given; pass e.g. \"SELECT * FROM steps\"")
     for st in statements:
-        if st.type not in _ALLOWED:
+        refused = _refused(con, st)
+        if refused:
             raise QueryError(
-                f"{source}: {st.type.name} statements are not allowed, runs are read-only; "
+                f"{source}: {refused} statements are not allowed, runs are read-only; "
                 "use SELECT (export results with --format/-o instead of COPY)")
     try:
         for st in statements[:-1]:

@@ -28,10 +28,6 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 
-def digest(d: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
-
-
 def test_query_prints_an_aligned_table(runs_dir: Path, cli) -> None:
     code, out, err = cli("query", runs_dir / "a",
                          "SELECT step, count(*) AS ranks, avg(total_us) AS total_us FROM steps "
@@ -70,7 +66,7 @@ def test_query_parquet_and_sql_file(runs_dir: Path, tmp_path: Path, cli) -> None
 
 
 def test_several_runs_stack_with_a_run_column(runs_dir: Path, cli) -> None:
-    code, out, _ = cli("query", runs_dir, "SELECT run, seed, events FROM runs ORDER BY run",
+    _code, out, _ = cli("query", runs_dir, "SELECT run, seed, events FROM runs ORDER BY run",
                        "--format", "csv")
     assert out == '"run","seed","events"\n"a",97,40\n"b",98,40\n'
     con = connect([runs_dir / "a", runs_dir / "b"])
@@ -95,22 +91,84 @@ def test_stored_views_file_works_from_the_run_directory(runs_dir: Path,
     assert con.sql("SELECT count(*) FROM edges").fetchall() == [(32,)]
 
 
-@pytest.mark.parametrize("sql", [
+def tree(root: Path) -> dict[str, str]:
+    """Every file and directory under ``root``, with a hash of each file's bytes."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            if p.is_file() else "dir" for p in sorted(root.rglob("*"))}
+
+
+#: Every way found for SQL to write a file, change the engine's configuration or load code.
+#: ``{run}`` is a run directory, ``{new}`` a path that does not exist yet.
+WRITES = [
     "COPY events TO '{run}/events.parquet' (FORMAT parquet)",
     "COPY (SELECT 1 AS x) TO '{run}/steps.parquet' (FORMAT csv, USE_TMP_FILE false)",
-    "SELECT 1; COPY (SELECT 1) TO '{run}/x.csv'",
+    "COPY (SELECT 1 AS x) TO '{run}/events.parquet' (FORMAT parquet, USE_TMP_FILE false)",
+    "COPY (SELECT 1 AS x) TO '{new}.csv'",
+    "COPY (SELECT 1 AS x) TO 'relative.csv'",
+    "COPY steps TO '{new}' (FORMAT parquet, PARTITION_BY (rank))",
+    ("EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{run}/events.parquet' "
+    "(FORMAT parquet, USE_TMP_FILE false)"),
+    "EXPLAIN ANALYZE COPY steps TO '{new}.parquet'",
+    "EXPLAIN (FORMAT json) COPY steps TO '{new}.parquet'",
+    "EXPORT DATABASE '{new}'",
+    "EXPORT DATABASE '{run}' (FORMAT parquet)",
     "ATTACH '{run}/x.duckdb' AS x",
+    "ATTACH '{new}.duckdb' AS x; CREATE TABLE x.t AS SELECT 1",
     "INSTALL httpfs",
+    "FORCE INSTALL json",
+    "LOAD httpfs",
+    "LOAD '{new}.duckdb_extension'",
+    "CREATE PERSISTENT SECRET s (TYPE s3, KEY_ID 'k', SECRET 'v')",
+    "CREATE SECRET s (TYPE s3, KEY_ID 'k', SECRET 'v')",
     "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "SET allowed_directories = ['/']",
+    "SET allowed_paths = ['{run}/events.parquet']",
+    "SET profile_output = '{new}.json'",
+    "SET temp_directory = '{new}'",
+    "SET secret_directory = '{new}'",
     "PRAGMA enable_profiling = 'json'",
-])
-def test_queries_cannot_modify_a_run(runs_dir: Path, cli, sql: str) -> None:
+    "PRAGMA profile_output = '{new}.json'",
+    "PRAGMA threads = 1",
+    "RESET lock_configuration",
+    "CALL enable_logging(storage_path := '{new}')",
+]
+
+
+@pytest.mark.parametrize("sql", WRITES)
+def test_the_engine_itself_refuses_every_write(runs_dir: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+    """Straight on the connection, bypassing the statement filter: DuckDB refuses the write."""
+    monkeypatch.chdir(tmp_path)
     run = runs_dir / "a"
-    before = digest(run)
-    code, out, err = cli("query", run, sql.format(run=run))
+    before, cwd_before = tree(runs_dir), tree(tmp_path)
+    con = connect([run])
+    with pytest.raises(duckdb.Error):
+        for st in con.extract_statements(sql.format(run=run, new=tmp_path / "new")):
+            con.execute(st.query)
+    assert con.sql("SELECT count(*) FROM steps").fetchall() == [(4,)]  # still usable, unchanged
+    assert tree(runs_dir) == before and tree(tmp_path) == cwd_before
+
+
+@pytest.mark.parametrize("sql", [*WRITES, "SELECT 1; COPY (SELECT 1) TO '{run}/x.csv'"])
+def test_queries_cannot_modify_a_run(runs_dir: Path, tmp_path: Path, cli,
+                                     monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = runs_dir / "a"
+    before = tree(runs_dir)
+    code, out, err = cli("query", run, sql.format(run=run, new=tmp_path / "new"))
     assert code == 2 and out == ""
     assert err.startswith("mtia-trace: error: SQL: ") and err.count("\n") == 1
-    assert digest(run) == before
+    assert "not allowed" in err
+    assert tree(runs_dir) == before and tree(tmp_path) == {}
+
+
+@pytest.mark.parametrize("sql", ["EXPLAIN SELECT * FROM steps", "EXPLAIN ANALYZE SELECT 1",
+                                 "explain (format json) SELECT * FROM events", "DESCRIBE steps",
+                                 "SUMMARIZE steps", "FROM steps LIMIT 1"])
+def test_reads_and_explain_of_reads_are_allowed(runs_dir: Path, cli, sql: str) -> None:
+    code, _, err = cli("query", runs_dir / "a", sql)
+    assert (code, err) == (0, "")
 
 
 def test_queries_cannot_read_other_files(runs_dir: Path, cli) -> None:
