@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mtia_trace import __version__, schema
-from mtia_trace.errors import RunExistsError, RunNotFoundError, SchemaVersionError, UsageError
+from mtia_trace.destinations import (
+    RUN_MARKER,
+    check_parent,
+    enclosing_run,
+    temporary_dir,
+)
+from mtia_trace.errors import (
+    RunExistsError,
+    RunNotFoundError,
+    SchemaVersionError,
+    UsageError,
+)
 
 #: The tables of a run, in file order, with their canonical schemas.
 TABLES: dict[str, pa.Schema] = {
@@ -31,7 +41,7 @@ TABLES: dict[str, pa.Schema] = {
     "collectives": schema.COLLECTIVES_SCHEMA,
     "summary": schema.SUMMARY_SCHEMA,
 }
-META_FILE = "run.json"
+META_FILE = RUN_MARKER
 VIEWS_FILE = "views.sql"
 #: Rows per Parquet row group: small enough that a point query decodes little, large enough
 #: that a full scan stays fast and the per-group overhead small.
@@ -140,7 +150,14 @@ def _swap_into_place(tmp: Path, dest: Path) -> None:
 
 
 def check_destination(dest: Path, force: bool) -> None:
-    if not dest.exists():
+    """Refuse a run destination that may not be written: an existing run without ``force``,
+    anything but a run or an empty folder, a folder inside another run, an uncreatable path."""
+    run = enclosing_run(Path(os.path.abspath(dest)).parent)
+    if run is not None:
+        raise UsageError(f"{dest}: is inside the run directory {run}; runs are never modified, "
+                         "choose an --out outside it")
+    check_parent(dest, "--out")
+    if not os.path.lexists(dest):
         return
     if not force:
         raise RunExistsError(
@@ -156,8 +173,12 @@ def begin_run(dest: str | Path, force: bool = False) -> Path:
     """A fresh hidden temporary directory beside ``dest`` to build a run in (see `write_run`)."""
     dest = Path(dest)
     check_destination(dest, force)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temporary_dir(dest)
+    except OSError as exc:
+        raise UsageError(f"{dest}: cannot create ({exc.strerror or exc}); choose another --out"
+                         ) from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a run is an ordinary dir
     return tmp
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers.report.run_data import RunData
-from mtia_trace.errors import RunExistsError
+from mtia_trace.destinations import check_file, write_file
 
 #: Event cost columns (per-event attribution), in the order ties are broken.
 COST_COLUMNS: tuple[str, ...] = ("compute", "fetch", "collective", "queue", "retry", "host")
@@ -162,10 +162,6 @@ def perfetto_trace(run: RunData) -> dict:
 def write_perfetto(run: RunData, path: str | Path, *, force: bool = False) -> Path:
     """Write the Chrome-trace JSON to ``path`` (refuses to overwrite without ``force``)."""
     path = Path(path)
-    if path.exists() and not force:
-        raise RunExistsError(f"{path}: already exists; pass --force to overwrite it")
+    check_file(path, force=force, flag="--perfetto")
     data = orjson.dumps(perfetto_trace(run), option=orjson.OPT_SERIALIZE_NUMPY)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return path
+    return write_file(data, path, force=force, flag="--perfetto")

@@ -8,7 +8,9 @@ import orjson
 import typer
 
 import analyzers
+from mtia_trace.cli.options import FORCE_OPTION
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, render
+from mtia_trace.destinations import check_dir, check_file, write_file
 from mtia_trace.errors import UsageError
 from mtia_trace.runs import connect
 from mtia_trace.storage import open_run
@@ -23,19 +25,28 @@ def analyze(
                                       help="Analyzers to run (default: all)."),
     fmt: Format = FORMAT_OPTION,
     out: Path = OUTPUT_OPTION,
+    force: bool = FORCE_OPTION,
 ) -> None:
     chosen = analyzers.select(names)
-    con = connect([open_run(run)])
-    tables = {a.NAME: a.run(con) for a in chosen}
     if fmt is Format.parquet:
         if out is None:
             raise UsageError("--format parquet: needs an output directory; add -o DIR")
-        out.mkdir(parents=True, exist_ok=True)
+        if out.is_dir():
+            check_dir(out.parent / out.name / "x", force=True)  # not inside a run
+        else:
+            check_dir(out, force=force)
+        for a in chosen:
+            check_file(out / f"{a.NAME}.parquet", force=force)
+    elif out is not None:
+        check_file(out, force=force)
+    con = connect([open_run(run)])
+    tables = {a.NAME: a.run(con) for a in chosen}
+    if fmt is Format.parquet:
         for name, t in tables.items():
-            emit(t, fmt, out / f"{name}.parquet")
+            emit(t, fmt, out / f"{name}.parquet", force=force)
         return
     if len(tables) == 1:
-        emit(next(iter(tables.values())), fmt, out, max_rows=MAX_ROWS)
+        emit(next(iter(tables.values())), fmt, out, max_rows=MAX_ROWS, force=force)
         return
     if fmt is Format.json:
         text = orjson.dumps({n: t.to_pylist() for n, t in tables.items()},
@@ -53,11 +64,7 @@ def analyze(
     if out is None:
         typer.echo(text, nl=False)
     else:
-        try:
-            out.write_text(text)
-        except OSError as exc:
-            raise UsageError(f"{out}: cannot write ({exc.strerror}); choose another -o path"
-                             ) from None
+        write_file(text, out, force=force)
 
 
 analyze.__doc__ = (

@@ -20,6 +20,7 @@ from analyzers.report.compare import (
 from analyzers.report.run_data import RunData, load_run
 from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
 from mtia_trace.cli.report_cmd import write_output
+from mtia_trace.destinations import check_file
 from mtia_trace.errors import BaselineMissingError, UsageError
 from mtia_trace.progress import Progress
 
@@ -74,6 +75,8 @@ def compare(
 
     Example: mtia-trace compare runs/main runs/pr --threshold 5% >> "$GITHUB_STEP_SUMMARY"
     """
+    if output is not None:
+        check_file(output, force=force)
     check_metric(metric)
     limit = parse_threshold(threshold)
     with Progress("compare", quiet=quiet) as p:

@@ -9,6 +9,7 @@ import typer
 from analyzers.report.perfetto import write_perfetto
 from analyzers.report.run_data import load_run
 from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
+from mtia_trace.destinations import check_file
 from mtia_trace.progress import Progress
 
 
@@ -26,6 +27,7 @@ def export(
 
     Example: mtia-trace export runs/demo-mtia300 --perfetto demo.json
     """
+    check_file(perfetto, force=force, flag="--perfetto")
     with Progress("export", total=2, quiet=quiet) as p:
         p.update("reading run")
         data = load_run(run, analyses=False)

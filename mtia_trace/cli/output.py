@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import typer
 
 from analyzers.report.fmt import NOISE_US
+from mtia_trace.destinations import write_file, write_with
 from mtia_trace.errors import UsageError
 
 
@@ -150,19 +151,16 @@ def render(table: pa.Table, fmt: Format, *, max_rows: int | None = None) -> str:
     raise AssertionError(f"no text rendering for {fmt}")
 
 
-def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None = None) -> None:
-    """Write ``table`` to ``out`` (or stdout) in ``fmt``."""
+def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None = None,
+         force: bool = False) -> None:
+    """Write ``table`` to ``out`` (or stdout) in ``fmt`` (see `mtia_trace.destinations`)."""
     if fmt is Format.parquet and out is None:
         raise UsageError("--format parquet: needs an output file; add -o RESULT.parquet")
-    try:
-        if fmt is Format.parquet:
-            pq.write_table(table, out, compression="zstd")
-            return
-        text = render(table, fmt, max_rows=None if out else max_rows)
-        if out is None:
-            sys.stdout.write(text)
-        else:
-            out.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"{out}: cannot write ({exc.strerror or exc}); choose another -o path"
-                         ) from None
+    if fmt is Format.parquet:
+        write_with(out, lambda tmp: pq.write_table(table, tmp, compression="zstd"), force=force)
+        return
+    text = render(table, fmt, max_rows=None if out else max_rows)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_file(text, out, force=force)

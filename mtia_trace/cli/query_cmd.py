@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from mtia_trace.cli.options import FORCE_OPTION
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit
+from mtia_trace.destinations import check_file
 from mtia_trace.errors import UsageError
 from mtia_trace.runs import connect, views_sql
 from mtia_trace.runs import query as run_query
@@ -22,6 +24,7 @@ def query(
                                help="Print the CREATE VIEW statements over the runs and exit."),
     fmt: Format = FORMAT_OPTION,
     out: Path = OUTPUT_OPTION,
+    force: bool = FORCE_OPTION,
 ) -> None:
     """Run SQL over stored runs with DuckDB (read-only).
 
@@ -31,6 +34,8 @@ def query(
 
     Example: mtia-trace query runs/demo-mtia300 "SELECT step, avg(total_us) FROM steps GROUP BY 1"
     """
+    if out is not None:
+        check_file(out, force=force)
     paths = list(args)
     sql = None
     if not views:
@@ -49,4 +54,5 @@ def query(
         typer.echo(views_sql(runs), nl=False)
         return
     con = connect(runs)
-    emit(run_query(con, sql, source=str(sql_file) if sql_file else "SQL"), fmt, out)
+    emit(run_query(con, sql, source=str(sql_file) if sql_file else "SQL"), fmt, out,
+         force=force)

@@ -14,7 +14,7 @@ from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run
 from analyzers.report.sweep_report import build_sweep_report, is_sweep, load_sweep, sweep_dict
 from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
-from mtia_trace.errors import RunExistsError, UsageError
+from mtia_trace.destinations import check_file, write_file
 from mtia_trace.progress import Progress
 
 
@@ -27,17 +27,11 @@ class ReportFormat(str, Enum):
 
 
 def write_output(text: str | bytes, output: Path | None, *, force: bool) -> None:
-    """Write to ``output`` (refusing to overwrite without ``force``) or to stdout."""
-    data = text.encode() if isinstance(text, str) else text
+    """Write to ``output`` (see `mtia_trace.destinations`) or to stdout."""
     if output is None:
-        typer.echo(data.decode(), nl=False)
+        typer.echo(text.decode() if isinstance(text, bytes) else text, nl=False)
         return
-    if output.exists() and not force:
-        raise RunExistsError(f"{output}: already exists; pass --force to overwrite it")
-    try:
-        output.write_bytes(data)
-    except OSError as exc:
-        raise UsageError(f"{output}: cannot write ({exc.strerror}); pick another -o path") from None
+    write_file(text, output, force=force)
 
 
 def report(
@@ -57,6 +51,8 @@ def report(
 
     Example: mtia-trace report runs/demo-mtia300 --format html -o report.html
     """
+    if output is not None:
+        check_file(output, force=force)
     if is_sweep(run):
         _sweep_report(run, fmt, output, force=force)
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,7 +9,8 @@ import typer
 
 from mtia_trace.cli.options import LOSS_RATE_OPTION, SEED_OPTION, SOURCE_HW_OPTION, TRACE_ARGUMENT
 from mtia_trace.cli.output import render_table
-from mtia_trace.errors import RunExistsError, UsageError
+from mtia_trace.destinations import check_file, write_with
+from mtia_trace.errors import UsageError
 
 
 def sweep(
@@ -46,8 +46,7 @@ def sweep(
     axes = parse_vary(list(vary))
     label = Path(hw).stem if hw.endswith(".toml") else hw
     dest = out if out is not None else Path("runs") / f"{trace_stem(trace)}-{label}-sweep.parquet"
-    if dest.exists() and not force:
-        raise RunExistsError(f"{dest}: exists; pass --force to replace it or --out to choose another file")
+    check_file(dest, force=force, flag="--out")
     progress = Progress("sweep", quiet=quiet)
     progress(f"ingesting {trace}")
     events, src, why = with_source(load(trace), source_hw)
@@ -55,10 +54,7 @@ def sweep(
     table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
                       seed=seed, progress=progress)
     progress.close()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp)
-    os.replace(tmp, dest)
+    write_with(dest, lambda tmp: pq.write_table(table, tmp), force=force, flag="--out")
     if not quiet:
         typer.echo(render_table(table))
     typer.echo(f"sweep written to {dest}")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from mtia_trace.errors import RunExistsError, UsageError
+from mtia_trace.destinations import check_dir, temporary_dir
+from mtia_trace.errors import UsageError
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.model import SHARDINGS, Model
 from mtia_trace.synth.presets import PRESETS
@@ -77,16 +77,18 @@ def resolve_model(opts: SynthOptions) -> Model:
 def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> SynthResult:
     """Write one ``rank<N>.pt.trace.json.gz`` per rank into ``out_dir`` (atomically)."""
     out = Path(out_dir)
+    check_dir(out, force=force, flag="-o", replaceable=is_trace_dir,
+              what="a folder of synthetic traces")
     model = resolve_model(opts)
     hw = SourceHardware.load(opts.source_hw)
     train = opts.mode == "train"
     p = plan(model, model.ranks, model.sharding, model.batch, hw.ranks_per_node, opts.zipf, train)
     prog = build_program(model, p, train)
     tl = _schedule(hw, model, prog, opts)
-    if out.exists() and not force:
-        raise RunExistsError(f"{out}: already exists; choose another -o or pass --force")
+    check_dir(out, force=force, flag="-o", replaceable=is_trace_dir,
+              what="a folder of synthetic traces")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = temporary_dir(out)
     try:
         files, total, nev = _write_all(tmp, tl, model, hw, opts)
         mask = os.umask(0)
@@ -99,6 +101,11 @@ def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SynthResult(out, tuple(out / f.name for f in files), nev, total, model)
+
+
+def is_trace_dir(path: Path) -> bool:
+    """A folder `synthesize` may replace with --force: empty, or holding only trace files."""
+    return all(f.is_file() and f.name.endswith((".json", ".json.gz")) for f in path.iterdir())
 
 
 def _schedule(hw: SourceHardware, model: Model, prog: Program, opts: SynthOptions) -> Timeline:
