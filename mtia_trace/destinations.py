@@ -160,7 +160,7 @@ def _stale(entry: Path, now: float) -> bool:
 
 def clean_stale(folder: Path) -> list[Path]:
     """Remove the hidden temporaries in ``folder`` left by processes that died (see above)."""
-    removed = []
+    removed: list[Path] = []
     now = time.time()
     try:
         entries = [e for e in folder.iterdir() if e.name.startswith(".") and ".tmp-" in e.name]
@@ -180,7 +180,7 @@ def clean_stale(folder: Path) -> list[Path]:
     return removed
 
 
-def write_with(path: Path, writer: Callable[[Path], None], *, force: bool,
+def write_with(path: Path, writer: Callable[[Path], object], *, force: bool,
                flag: str = "-o") -> Path:
     """Check ``path``, call ``writer(tmp)`` for a hidden temporary beside it, rename into place."""
     check_file(path, force=force, flag=flag)

@@ -114,7 +114,7 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.D
         for table in TABLES:
             files = [str(f) for f in run.table_files(table)]
             con.register(_dataset_name(table, i), ds.dataset(files, format="parquet"))
-    con.execute(_engine_views_sql(resolved))
+    con.execute(_engine_views_sql(resolved))  # type: ignore[arg-type]
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

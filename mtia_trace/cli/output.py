@@ -154,9 +154,9 @@ def render(table: pa.Table, fmt: Format, *, max_rows: int | None = None) -> str:
 def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None = None,
          force: bool = False) -> None:
     """Write ``table`` to ``out`` (or stdout) in ``fmt`` (see `mtia_trace.destinations`)."""
-    if fmt is Format.parquet and out is None:
-        raise UsageError("--format parquet: needs an output file; add -o RESULT.parquet")
     if fmt is Format.parquet:
+        if out is None:
+            raise UsageError("--format parquet: needs an output file; add -o RESULT.parquet")
         write_with(out, lambda tmp: pq.write_table(table, tmp, compression="zstd"), force=force)
         return
     text = render(table, fmt, max_rows=None if out else max_rows)
