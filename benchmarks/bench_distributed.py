@@ -119,7 +119,7 @@ def main() -> None:
         for n in ranks:
             tr = Path(tmp) / f"syn{n}"
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "from mtia_trace.cli import main; main()",
+            subprocess.run([sys.executable, "-c", "import sys; from mtia_trace.cli import main; sys.exit(main())",
                             "synth", "--preset", "dlrm-dcnv2", "--sharding", "rw", "--ranks",
                             str(n), "--steps", "1", "--batch", str(a.batch), "-o", str(tr)],
                            check=True, capture_output=True)

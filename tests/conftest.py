@@ -45,11 +45,7 @@ def invoke_cli(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[
     """Run the `mtia-trace` entry point in process: (exit code, stdout, stderr)."""
     from mtia_trace.cli import main
 
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
+    code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
 

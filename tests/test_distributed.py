@@ -18,7 +18,7 @@ from mtia_trace.replay_job import ReplayOptions, replay_trace  # noqa: E402
 from mtia_trace.runs import connect, query  # noqa: E402
 from mtia_trace.storage import open_run  # noqa: E402
 
-CLI = [sys.executable, "-c", "from mtia_trace.cli import main; main()"]
+CLI = [sys.executable, "-c", "import sys; from mtia_trace.cli import main; sys.exit(main())"]
 RANKS = 64
 HW = "mtia300"
 

@@ -34,11 +34,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def run_cli(argv: list[str]) -> int:
-    try:
-        main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return main(argv)
 
 
 def _doc(path: Path) -> list[dict]:

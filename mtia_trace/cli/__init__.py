@@ -1,20 +1,121 @@
 """The `mtia-trace` command line: a thin shell over the library, one module per command.
 
-`main` is the only place that catches `MtiaTraceError`: it prints one line to stderr and exits
-with the error's code. Any other exception is a bug and keeps its traceback.
+`main` is the only place that catches `MtiaTraceError`: it prints one line to stderr and returns
+the error's exit code. Any other exception is a bug and keeps its traceback.
+
+Commands are registered lazily: `COMMANDS` names each command's module, which is imported only
+when that command runs (or its own `--help` is asked for). `mtia-trace --help` and `--version`
+import none of them, so they do not pay for pyarrow, DuckDB, pandas or matplotlib.
 """
 
 from __future__ import annotations
 
-import sys
+import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import typer
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
 from mtia_trace import __version__
 from mtia_trace.errors import MtiaTraceError
 
+#: Every command, in the order `--help` lists them: (name, module in `mtia_trace.cli`, attribute,
+#: summary). The attribute is a command function or a `typer.Typer` sub-app. The summary is the
+#: first paragraph of the command's help (a test checks they match); `--help` lists it without
+#: importing the module.
+COMMANDS: tuple[tuple[str, str, str, str], ...] = (
+    ("inspect", "inspect_cmd", "inspect",
+     "Summarise a trace: ranks, steps, streams, event kinds, top ops, collectives, warnings."),
+    ("replay", "replay_cmd", "replay",
+     "Replay a trace on target hardware and store the run (Parquet + run.json)."),
+    ("validate", "validate_cmd", "validate",
+     "Replay a trace as measured and print measured vs replayed time per rank and step."),
+    ("query", "query_cmd", "query", "Run SQL over stored runs with DuckDB (read-only)."),
+    ("analyze", "analyze_cmd", "analyze",
+     "Run named analyses over a stored run and print their tables."),
+    ("report", "report_cmd", "report",
+     "Render one run: step time, attribution, top bottlenecks, analyzer tables, hardware used."),
+    ("compare", "compare_cmd", "compare",
+     "Compare two runs: per-component deltas and ratios, largest changes first."),
+    ("sweep", "sweep_cmd", "sweep",
+     "Replay a trace at every point of a grid of spec values; print and store step time and\n"
+     "attribution (mean over ranks and steps, us) per point."),
+    ("synth", "synth_cmd", "synth",
+     "Generate synthetic DLRM-style training or inference traces, one Kineto file per rank."),
+    ("export", "export_cmd", "export",
+     "Export the replayed timeline for Perfetto (ui.perfetto.dev) or chrome://tracing."),
+    ("hw", "hw_cmd", "app", "Hardware specs: list them, show one with sources and confidence."),
+)
+
+
+def load_command(name: str) -> Any:
+    """Import the module of command `name` and build its click command."""
+    _, module, attr, _ = next(c for c in COMMANDS if c[0] == name)
+    target = getattr(importlib.import_module(f"mtia_trace.cli.{module}"), attr)
+    if isinstance(target, typer.Typer):
+        cmd = typer.main.get_command(target)
+    else:
+        single = typer.Typer(add_completion=False, rich_markup_mode=None)
+        single.command(name)(target)
+        cmd = typer.main.get_command(single)
+    cmd.name = name
+    return cmd
+
+
+class _LazyCommands(MutableMapping[str, Any]):
+    """The group's `commands` mapping: every name in `COMMANDS`, each loaded on first access."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.loaded:
+            if name not in {c[0] for c in COMMANDS}:
+                raise KeyError(name)
+            self.loaded[name] = load_command(name)
+        return self.loaded[name]
+
+    def __setitem__(self, name: str, cmd: Any) -> None:
+        self.loaded[name] = cmd
+
+    def __delitem__(self, name: str) -> None:
+        del self.loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([c[0] for c in COMMANDS])
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
+class LazyGroup(TyperGroup):
+    """The root group: commands come from `COMMANDS`; the listing in `--help` loads none."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = _LazyCommands()
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # A stand-in command per row, holding the summary as its help, so the row is shortened
+        # exactly as the real command's help would be.
+        stand_ins = [(name, TyperCommand(name=name, help=summary))
+                     for name, _, _, summary in COMMANDS]
+        limit = formatter.width - 6 - max(len(name) for name, _ in stand_ins)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in stand_ins])
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"mtia-trace {__version__}")
+        raise typer.Exit(0)
+
+
 app = typer.Typer(
     name="mtia-trace",
+    cls=LazyGroup,
     help="Trace-driven profiler and bottleneck analyzer for recommender training on MTIA 300 and GPUs.",
     no_args_is_help=True,
     add_completion=False,
@@ -25,50 +126,25 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.",
+                                 callback=_print_version, is_eager=True),
 ) -> None:
     """Trace-driven profiler and bottleneck analyzer for recommender training."""
-    if version:
-        typer.echo(f"mtia-trace {__version__}")
-        raise typer.Exit(0)
 
 
-def _register() -> None:
-    """The explicit list of commands (one module each), in the order `--help` shows them."""
-    from mtia_trace.cli import (
-        analyze_cmd,
-        compare_cmd,
-        export_cmd,
-        hw_cmd,
-        inspect_cmd,
-        query_cmd,
-        replay_cmd,
-        report_cmd,
-        sweep_cmd,
-        synth_cmd,
-        validate_cmd,
-    )
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI with `argv` (default: the process arguments); return the exit code.
 
-    app.command("inspect")(inspect_cmd.inspect)
-    app.command("replay")(replay_cmd.replay)
-    app.command("validate")(validate_cmd.validate)
-    app.command("query")(query_cmd.query)
-    app.command("analyze")(analyze_cmd.analyze)
-    app.command("report")(report_cmd.report)
-    app.command("compare")(compare_cmd.compare)
-    app.command("sweep")(sweep_cmd.sweep)
-    app.command("synth")(synth_cmd.synth)
-    app.command("export")(export_cmd.export)
-    app.add_typer(hw_cmd.app, name="hw")
-
-
-_register()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Usage errors are reported by typer (exit 2); `MtiaTraceError`s here."""
+    Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line.
+    """
     try:
         app(args=argv, prog_name="mtia-trace")
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        typer.echo(str(exc.code), err=True)
+        return 1
     except MtiaTraceError as exc:
         typer.echo(f"mtia-trace: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    return 0

@@ -23,6 +23,7 @@ from mtia_trace.cli.report_cmd import write_output
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import BaselineMissingError, UsageError
 from mtia_trace.progress import Progress
+from mtia_trace.replay_job import ReplayOptions, destinations, replay_trace
 
 
 class CompareFormat(str, Enum):
@@ -40,8 +41,6 @@ def _load_baseline(path: Path) -> RunData:
 
 def _replay_pair(trace: Path, hws: list[str], progress: Progress) -> tuple[RunData, RunData]:
     """Replay ``trace`` on both specs into a temporary folder and load both runs."""
-    from mtia_trace.replay_job import ReplayOptions, destinations, replay_trace
-
     if hws[0] == hws[1]:
         raise UsageError(f"--hw {hws[0]} given twice; pass two different specs, baseline first")
     progress.update(f"replaying on {' and '.join(hws)}", advance=0)

@@ -6,6 +6,8 @@ import textwrap
 
 import typer
 
+from replay.hardware import list_specs, load_spec, model_for
+
 app = typer.Typer(help="Hardware specs: list them, show one with sources and confidence.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
@@ -16,8 +18,6 @@ def list_cmd() -> None:
 
     Example: mtia-trace hw list
     """
-    from replay.hardware import list_specs, load_spec
-
     for name in list_specs():
         spec = load_spec(name)
         typer.echo(f"{name:<10} {spec.family:<5} {len(spec.assumed()):>2} assumed  "
@@ -35,8 +35,6 @@ def show(
 
     Example: mtia-trace hw show mtia300 --set comm.message_engines=8
     """
-    from replay.hardware import load_spec, model_for
-
     spec = load_spec(name, list(overrides or []))
     typer.echo(f"{spec.name} ({spec.family}): {spec.description}")
     typer.echo(f"from {spec.origin}\n")

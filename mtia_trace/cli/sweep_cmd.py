@@ -11,6 +11,12 @@ from mtia_trace.cli.options import LOSS_RATE_OPTION, SEED_OPTION, SOURCE_HW_OPTI
 from mtia_trace.cli.output import render_table
 from mtia_trace.destinations import check_file, write_with
 from mtia_trace.errors import UsageError
+from mtia_trace.ingest import load
+from mtia_trace.progress import Progress
+from mtia_trace.replay_job import trace_stem
+from replay.hardware.source import with_source
+from replay.sweep import parse_vary
+from replay.sweep import sweep as run_sweep
 
 
 def sweep(
@@ -34,13 +40,6 @@ def sweep(
 
     Example: mtia-trace sweep trace_dir --hw mtia300 --vary comm.message_engines=4,8,16,32
     """
-    from mtia_trace.ingest import load
-    from mtia_trace.progress import Progress
-    from mtia_trace.replay_job import trace_stem
-    from replay.hardware.source import with_source
-    from replay.sweep import parse_vary
-    from replay.sweep import sweep as run_sweep
-
     if mode not in ("auto", "roofline", "scaled"):
         raise UsageError(f"--mode {mode}: use auto, roofline or scaled")
     axes = parse_vary(list(vary))

@@ -6,6 +6,8 @@ import numpy as np
 import typer
 
 from mtia_trace.errors import UsageError
+from mtia_trace.ingest import load
+from replay.run import replay_events
 
 
 def parse_percent(text: str) -> float:
@@ -33,9 +35,6 @@ def validate(
 
     Example: mtia-trace validate traces/rank0.json.gz --max-error 1%
     """
-    from mtia_trace.ingest import load
-    from replay.run import replay_events
-
     limit = parse_percent(max_error)
     events = load(trace if len(trace) > 1 else trace[0]).events
     result = replay_events(events)
