@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from mtia_trace import schema
 from replay.critical_path import CAT, NCAT, PathTables, Walk, walk
-from replay.graph import EDGE_CODE, Graph
+from replay.graph import EDGE_CODE, Graph, event_times
 from replay.scheduler import Schedule
 
 REL_TOL = 1e-6
@@ -49,8 +49,8 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
     rank = events.column("rank").to_numpy()
     step = events.column("step").to_numpy()
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
-    ts = events.column("ts_us").to_numpy() - g.t0
-    dur = events.column("dur_us").to_numpy()
+    _t0, ts, ts_end = event_times(events)
+    dur = ts_end - ts
     T = s.T
     start, end = T[0::2], T[1::2]
     out = []
@@ -85,7 +85,7 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
                 continue
             sel = np.flatnonzero(mine & (step == st))
             last = sel[np.argmax(end[sel])]
-            meas = float((ts[sel] + dur[sel]).max() - ts[sel].min())
+            meas = float(ts_end[sel].max() - ts[sel].min())
             out.append((int(r), int(st), float(start[sel].min()), float(end[last]),
                         2 * int(last) + 1, meas))
     out.sort()
@@ -183,5 +183,12 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
     return pa.Table.from_pydict(rows, schema=schema.SUMMARY_SCHEMA)
 
 
-__all__ = ["check_attribution", "attribute_steps", "summarize", "step_windows", "passive_events",
-           "AttributionError", "NCAT"]
+__all__ = [
+    "NCAT",
+    "AttributionError",
+    "attribute_steps",
+    "check_attribution",
+    "passive_events",
+    "step_windows",
+    "summarize",
+]

@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mtia_trace import schema
+from mtia_trace import keys, schema
 
 #: Names of runtime calls that block the host until device work finishes (scope: whole device
 #: unless the event carries ``sync_stream``).
@@ -57,6 +57,8 @@ HOST_SYNC_NAMES = ("Synchronize", "synchronizeStream", "synchronizeDevice", "syn
 HOST_WAIT_MARKERS = ("Stream Sync", "Context Sync", "Event Sync")
 #: Default cap on a device event's ready lag (launch latency / inter-kernel gap), in us.
 MAX_READY_LAG_US = 1000.0
+#: Resolution of event times in the graph: Kineto writes microseconds with three decimals.
+NS_PER_US = 1000
 
 EDGE_CODE = {t: i for i, t in enumerate(schema.EDGE_TYPES)}
 
@@ -83,6 +85,33 @@ class Graph:
     t0: float                  # trace start (min ts); internal times are relative to it
     edges: pa.Table = field(default=None)  # type: ignore[assignment]
     notes: dict[str, object] = field(default_factory=dict)
+
+
+def event_times(events: pa.Table) -> tuple[float, np.ndarray, np.ndarray]:
+    """(t0, start, end): the trace start and each event's measured start and end in us after it
+    (floats; an as-measured replay reproduces them)."""
+    if not events.num_rows:
+        return 0.0, np.zeros(0), np.zeros(0)
+    ts = _col(events, "ts_us").astype(np.float64)
+    t0 = float(ts.min())
+    start = ts - t0
+    return t0, start, start + np.nan_to_num(_col(events, "dur_us").astype(np.float64))
+
+
+def time_keys(events: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Integer nanosecond keys of each event's measured start and end, for ordering.
+
+    ``ts_us`` and ``dur_us`` are each rounded once to integer ns and the end key is their sum, so
+    an event that ends where the next one starts ties exactly; float ``ts - t0 + dur`` can land
+    either side of the next ``ts - t0``, and a tie broken the wrong way changes the host chain's
+    nesting (the next call stops being a leaf and keeps its measured duration).
+    """
+    if not events.num_rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ts = np.rint(_col(events, "ts_us").astype(np.float64) * NS_PER_US).astype(np.int64)
+    dur = np.rint(np.nan_to_num(_col(events, "dur_us").astype(np.float64)) * NS_PER_US)
+    ts -= ts.min()
+    return ts, ts + dur.astype(np.int64)
 
 
 def _col(events: pa.Table, name: str) -> np.ndarray:
@@ -125,7 +154,8 @@ def _last_before(key_ts: np.ndarray, group_sorted_ts: np.ndarray, group_ids: np.
                  group_end: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
     """For queries (ts, end): the last group member with key_ts <= ts whose end <= q_end.
 
-    Members are in stream order (key_ts non-decreasing). Returns event ids or -1.
+    Members are in stream order (key_ts non-decreasing); times are integer keys (`time_keys`).
+    Returns event ids or -1.
     """
     idx = np.searchsorted(group_sorted_ts, q_ts, side="right") - 1
     out = np.full(len(q_ts), -1, dtype=np.int64)
@@ -135,7 +165,7 @@ def _last_before(key_ts: np.ndarray, group_sorted_ts: np.ndarray, group_ids: np.
         if not ok.any():
             break
         cand = np.where(ok, idx, 0)
-        good = ok & (group_end[cand] <= q_end + 1e-6)
+        good = ok & (group_end[cand] <= q_end)
         out[good] = group_ids[cand[good]]
         ok = ok & ~good
         idx = idx - 1
@@ -149,11 +179,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     rank = _col(events, "rank").astype(np.int64)
     track = _codes(events, "track")
     is_dev = _col(events, "is_device").astype(bool)
-    ts_abs = _col(events, "ts_us").astype(np.float64)
-    t0 = float(ts_abs.min()) if n else 0.0
-    ts = ts_abs - t0
+    t0, ts, end = event_times(events)
+    ts_k, end_k = time_keys(events)  # orders and ties; the float times carry the values
     dur = _col(events, "dur_us").astype(np.float64)
-    end = ts + dur
     depth = _col(events, "depth").astype(np.int64)
     is_sync_kind = _is_in(events, "kind", ["sync"])
     is_memcpy = _is_in(events, "kind", ["memcpy"])
@@ -178,34 +206,36 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     host_rt = (~is_dev) & (corr >= 0)
     miss = is_dev & (launch < 0) & (corr >= 0)
     if miss.any() and host_rt.any():
-        hk = rank[host_rt] * (1 << 40) + corr[host_rt]
-        hid = np.flatnonzero(host_rt)
-        o = np.argsort(hk, kind="stable")
-        hk, hid = hk[o], hid[o]
-        qk = rank[miss] * (1 << 40) + corr[miss]
-        pos = np.clip(np.searchsorted(hk, qk), 0, len(hk) - 1)
-        hit = hk[pos] == qk
-        mi = np.flatnonzero(miss)
+        hid, mi = np.flatnonzero(host_rt), np.flatnonzero(miss)
+        hk, qk = keys.joint_codes((rank[hid], corr[hid]), (rank[mi], corr[mi]))
+        pos = keys.lookup(hk, qk)
+        hit = pos >= 0
         launch[mi[hit]] = hid[pos[hit]]
     has_launch = is_dev & (launch >= 0)
     notes["device_events"] = int(is_dev.sum())
     notes["device_events_without_launch"] = int((is_dev & (launch < 0)).sum())
-    launch_ts = np.where(launch >= 0, ts[np.maximum(launch, 0)], ts)
+    launch_k = np.where(launch >= 0, ts_k[np.maximum(launch, 0)], ts_k)
 
     # ---- per-stream order by launch time (for "last op before call") ----------------------------
+    # streams are (rank, device, stream) tuples, factorized together with the streams that
+    # device-side waits name, so any two distinct ids get distinct streams
+    waits = np.flatnonzero(is_dev & is_sync_kind & ((sync_corr >= 0) | (sync_stream >= 0))
+                           & ~host_marker)
     dev_ids = np.flatnonzero(is_dev)
-    sk = rank[dev_ids] * (1 << 20) + device[dev_ids] * (1 << 12) + (stream[dev_ids] & 0xFFF)
-    o = np.lexsort((launch_ts[dev_ids], sk))
+    sk, wait_sk = keys.joint_codes((rank[dev_ids], device[dev_ids], stream[dev_ids]),
+                                   (rank[waits], device[waits], sync_stream[waits]))
+    o = np.lexsort((launch_k[dev_ids], sk))
     dev_ids, sk = dev_ids[o], sk[o]
     ustreams, sstart = np.unique(sk, return_index=True)
     sbounds = np.append(sstart, len(sk))
+    never = np.iinfo(np.int64).max  # a query end no member passes
 
     def last_on_stream(key: int, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
         j = np.searchsorted(ustreams, key)
         if j >= len(ustreams) or ustreams[j] != key:
             return np.full(len(q_ts), -1, dtype=np.int64)
         ids = dev_ids[sbounds[j]:sbounds[j + 1]]
-        return _last_before(launch_ts[ids], launch_ts[ids], ids, end[ids], q_ts, q_end)
+        return _last_before(launch_k[ids], launch_k[ids], ids, end_k[ids], q_ts, q_end)
 
     src_l: list[np.ndarray] = []
     dst_l: list[np.ndarray] = []
@@ -218,19 +248,16 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     # ---- device-side waits: Wait Event / event_wait -----------------------------------------
     dsync_src: list[int] = []
     dsync_dst: list[int] = []
-    waits = np.flatnonzero(is_dev & is_sync_kind & ((sync_corr >= 0) | (sync_stream >= 0))
-                           & ~host_marker)
     if len(waits):
-        ck = rank * (1 << 40) + corr
-        valid = corr >= 0
-        cid = np.flatnonzero(valid)
-        oc = np.argsort(ck[cid], kind="stable")
+        cid = np.flatnonzero(corr >= 0)
+        ck, wck = keys.joint_codes((rank[cid], corr[cid]), (rank[waits], sync_corr[waits]))
+        oc = np.argsort(ck, kind="stable")
         cid = cid[oc]
-        cks = ck[cid]
-        for w in waits.tolist():  # waits are few (hundreds at most)
+        cks = ck[oc]
+        for i, w in enumerate(waits.tolist()):  # waits are few (hundreds at most)
             src = -1
             if sync_corr[w] >= 0:
-                key = rank[w] * (1 << 40) + sync_corr[w]
+                key = wck[i]
                 lo, hi = np.searchsorted(cks, key), np.searchsorted(cks, key, side="right")
                 recs = cid[lo:hi]
                 recs = recs[recs != w]
@@ -239,18 +266,16 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
                     src = int(dev_rec[0])
                 elif len(recs) and sync_stream[w] >= 0:
                     r = int(recs[0])
-                    key2 = rank[w] * (1 << 20) + device[w] * (1 << 12) + (sync_stream[w] & 0xFFF)
-                    src = int(last_on_stream(key2, ts[[r]], np.array([np.inf]))[0])
+                    src = int(last_on_stream(wait_sk[i], ts_k[[r]], np.array([never]))[0])
             elif sync_stream[w] >= 0:
-                key2 = rank[w] * (1 << 20) + device[w] * (1 << 12) + (sync_stream[w] & 0xFFF)
-                src = int(last_on_stream(key2, launch_ts[[w]], np.array([np.inf]))[0])
+                src = int(last_on_stream(wait_sk[i], launch_k[[w]], np.array([never]))[0])
             if src >= 0 and src != w:
                 dsync_src.append(src)
                 dsync_dst.append(w)
     dsync_src_a = np.asarray(dsync_src, dtype=np.int64)
     dsync_dst_a = np.asarray(dsync_dst, dtype=np.int64)
-    notes["device_waits"] = int(len(waits))
-    notes["device_waits_resolved"] = int(len(dsync_src_a))
+    notes["device_waits"] = len(waits)
+    notes["device_waits_resolved"] = len(dsync_src_a)
 
     # ---- host-side synchronization -----------------------------------------------------------
     host_sync = (~is_dev) & (sync_stream != -1)
@@ -269,26 +294,24 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     # blocking copies: the launching call returned only after the copy finished
     cp = is_dev & has_launch & is_memcpy
     cpl = launch[cp]
-    blocking = end[cp] <= end[cpl] + 1e-6
+    blocking = end_k[cp] <= end_k[cpl]
     blk_dev, blk_host = np.flatnonzero(cp)[blocking], cpl[blocking]
     hs_src: list[np.ndarray] = [blk_dev]
     hs_dst: list[np.ndarray] = [blk_host]
     hs_ids = np.flatnonzero(host_sync)
     if len(hs_ids) and len(ustreams):
-        s_rank = ustreams >> 20
-        s_dev = (ustreams >> 12) & 0xFF
-        s_str = ustreams & 0xFFF
+        s_rank = rank[dev_ids[sstart]]
+        s_str = stream[dev_ids[sstart]]
         for j, key in enumerate(ustreams.tolist()):  # loop over streams (few)
             scope = hs_ids[rank[hs_ids] == s_rank[j]]
             ss = sync_stream[scope]
-            scope = scope[(ss < 0) | ((ss & 0xFFF) == s_str[j])]
+            scope = scope[(ss < 0) | (ss == s_str[j])]
             if not len(scope):
                 continue
-            src = last_on_stream(key, ts[scope], end[scope])
+            src = last_on_stream(key, ts_k[scope], end_k[scope])
             ok = src >= 0
             hs_src.append(src[ok])
             hs_dst.append(scope[ok])
-        del s_dev
     hsrc = np.concatenate(hs_src).astype(np.int64)
     hdst = np.concatenate(hs_dst).astype(np.int64)
     sync_lag = np.full(n, np.nan)
@@ -297,7 +320,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         np.maximum.at(dep_end, hdst, end[hsrc])
         u = np.unique(hdst)
         sync_lag[u] = np.clip(np.minimum(dur[u], end[u] - dep_end[u]), 0.0, None)
-    notes["host_syncs"] = int(len(np.unique(hdst)))
+    notes["host_syncs"] = len(np.unique(hdst))
 
     # ---- collectives across ranks ------------------------------------------------------------
     coll_group = np.full(n, -1, dtype=np.int64)
@@ -353,12 +376,12 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
             other = ids != first_id
             coll_src = np.concatenate([ids[other], first_id[other]])
             coll_dst = np.concatenate([first_id[other], ids[other]])
-    notes["collective_enqueues"] = int(len(enq_src))
+    notes["collective_enqueues"] = len(enq_src)
     # events scheduled like stream work: device events and those on worker threads
     on_worker = worker_tr[tr_of] if n else np.zeros(0, dtype=bool)
     streamlike = is_dev | on_worker
     tr_chain = tr_dev | worker_tr
-    notes["collectives_matched"] = int(len(np.unique(coll_group[coll_group >= 0])))
+    notes["collectives_matched"] = len(np.unique(coll_group[coll_group >= 0]))
 
     # ---- ready lag of device events ----------------------------------------------------------
     prev_dev = np.full(n, -1, dtype=np.int64)
@@ -369,7 +392,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         if tr_chain[t]:
             ids = np.arange(runs[t], runs[t + 1])
             ids = ids[~dev_marker[ids]]
-            ids = ids[np.lexsort((dur[ids], ts[ids]))]
+            ids = ids[np.lexsort((end_k[ids] - ts_k[ids], ts_k[ids]))]
             chain_ids[t] = ids
             prev_dev[ids[1:]] = ids[:-1]
     hp = prev_dev >= 0
@@ -440,10 +463,10 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
             pts[0::2] = 2 * ids
             pts[1::2] = 2 * ids + 1
         else:
-            zero = dur[a:b] <= 0
-            # sort key: time, then ends before starts, deeper ends first, shallower starts first;
-            # a zero-length event's end sits right after its own start
-            tkey = np.concatenate([ts[a:b], end[a:b]])
+            zero = end_k[a:b] <= ts_k[a:b]
+            # sort key: time (integer keys: exact ties), then ends before starts, deeper ends
+            # first, shallower starts first; a zero-length event's end sits right after its start
+            tkey = np.concatenate([ts_k[a:b], end_k[a:b]])
             cls = np.concatenate([np.ones(b - a), np.where(zero, 1.0, 0.0)])
             dkey = np.concatenate([depth[a:b] * 2.0, np.where(zero, depth[a:b] * 2.0 + 1, -depth[a:b])])
             seq_key = np.concatenate([ids * 2, ids * 2 + 1])
@@ -463,6 +486,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     ptime[0::2] = ts
     ptime[1::2] = end
     tpos = ptime[order]
+    pkey = np.empty(2 * n, dtype=np.int64)
+    pkey[0::2] = ts_k
+    pkey[1::2] = end_k
     gap = np.zeros(len(order))
     gap[1:] = tpos[1:] - tpos[:-1]
     gap[track_ptr[:-1][track_ptr[:-1] < len(order)]] = 0.0
@@ -483,7 +509,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
             a, b = int(track_ptr[t]), int(track_ptr[t + 1])
             ks = a + 1 + np.flatnonzero(~leaf_end[a + 1:b])
             sel = np.flatnonzero(etr == t)
-            j = np.searchsorted(tpos[ks], end[enq_dst[sel]], side="left")
+            j = np.searchsorted(pkey[order[ks]], end_k[enq_dst[sel]], side="left")
             j = np.maximum(j, np.searchsorted(ks, pos_of[2 * enq_src[sel]], side="right"))
             ok = j < len(ks)
             w_src.append(enq_dst[sel[ok]])
@@ -496,7 +522,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         dst_pt = np.concatenate([dst_pt, order[wk]])
         lag = np.concatenate([lag, wlag])
         etype = np.concatenate([etype, np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)])
-        notes["collective_waits"] = int(len(wsrc))
+        notes["collective_waits"] = len(wsrc)
 
     base = np.full(2 * n, -np.inf)
     if n:

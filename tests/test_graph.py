@@ -60,3 +60,38 @@ def test_device_wait_event_links_recorded_stream():
     t = table(rows)
     e = _edges(t)
     assert (by_name(t, "producer"), by_name(t, "Wait Event"), "sync") in e
+
+
+# ---- composite keys: stream ids that share low bits are different streams ------------------
+
+
+def test_stream_sync_on_stream_4103_is_not_wired_to_stream_7():
+    # 4103 = 4096 + 7: a 12-bit stream field aliases the two
+    # k7 is launched last: an aliased key would wire the sync to it
+    rows = [host(0, 0, 2, name="L4103", kind="runtime", correlation=2),
+            host(0, 3, 2, name="L7", kind="runtime", correlation=1),
+            host(0, 10, 200, name="cudaStreamSynchronize", kind="runtime", sync_stream=4103),
+            dev(0, 4, 150, stream=7, name="k7", correlation=1),
+            dev(0, 2, 20, stream=4103, name="k4103", correlation=2)]
+    t = table(rows)
+    e = _edges(t)
+    sync = by_name(t, "cudaStreamSynchronize")
+    assert (by_name(t, "k4103"), sync, "sync") in e
+    assert (by_name(t, "k7"), sync, "sync") not in e
+
+
+def test_wait_event_on_stream_4103_is_not_wired_to_stream_7():
+    rows = [host(0, 0, 2, name="L4103", kind="runtime", correlation=2),
+            host(0, 3, 2, name="L7", kind="runtime", correlation=1),
+            host(0, 6, 1, name="cudaStreamWaitEvent", kind="runtime", correlation=6),
+            host(0, 8, 2, name="L9", kind="runtime", correlation=3),
+            dev(0, 4, 150, stream=7, name="k7", correlation=1),
+            dev(0, 2, 20, stream=4103, name="k4103", correlation=2),
+            dev(0, 30, 0.5, stream=9, kind="sync", name="Wait Event", correlation=6,
+                sync_stream=4103),
+            dev(0, 31, 10, stream=9, name="consumer", correlation=3)]
+    t = table(rows)
+    e = _edges(t)
+    wait = by_name(t, "Wait Event")
+    assert (by_name(t, "k4103"), wait, "sync") in e
+    assert (by_name(t, "k7"), wait, "sync") not in e

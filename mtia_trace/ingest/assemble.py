@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from mtia_trace import schema
+from mtia_trace import keys, schema
 from mtia_trace.ingest import collectives
 from mtia_trace.ingest.classify import classify
 from mtia_trace.ingest.decode import RawLists
@@ -30,7 +30,6 @@ _STREAM_SYNC = re.compile(r"^((cuda|hip)StreamSynchronize|synchronizeStream|sync
                           r"enqueueCommand waitOnEvent)$")
 _MTIA_DTYPE = re.compile(r"-dtype_([A-Za-z0-9]+)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_KEY = np.int64(1) << np.int64(40)
 
 
 def _isin(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
@@ -116,13 +115,10 @@ def _launches(cols: dict[str, Any]) -> np.ndarray:
     dev = np.flatnonzero(is_dev & (kind != "annotation") & (corr >= 0))
     if not len(host) or not len(dev):
         return launch
-    hkey = rank[host].astype(np.int64) * _KEY + corr[host]
-    ukey, first = np.unique(hkey, return_index=True)
-    dkey = rank[dev].astype(np.int64) * _KEY + corr[dev]
-    pos = np.searchsorted(ukey, dkey)
-    pos_c = np.minimum(pos, len(ukey) - 1)
-    hit = ukey[pos_c] == dkey
-    launch[dev[hit]] = host[first[pos_c[hit]]]
+    hkey, dkey = keys.joint_codes((rank[host], corr[host]), (rank[dev], corr[dev]))
+    pos = keys.lookup(hkey, dkey)
+    hit = pos >= 0
+    launch[dev[hit]] = host[pos[hit]]
     return launch
 
 
@@ -236,15 +232,6 @@ def _raw_codes(present: list[Any], attr: str) -> np.ndarray:
     return pd.factorize(np.array(vals, dtype=object))[0]
 
 
-def _combine(*codes: np.ndarray) -> np.ndarray:
-    """One code per distinct tuple of per-column codes (or values)."""
-    out = pd.factorize(codes[0])[0].astype(np.int64)
-    for c in codes[1:]:
-        c = pd.factorize(c)[0].astype(np.int64)
-        out = pd.factorize(out * (int(c.max()) + 1) + c)[0].astype(np.int64)
-    return out
-
-
 def _first_of_each(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dense codes, position of each code's first row)."""
     codes, uniq = pd.factorize(key)
@@ -277,7 +264,7 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     lists = RawLists()
     if len(host_shape):
         shaped = args[host_shape].tolist()
-        key = _combine(_name_codes(cols)[0][host_shape], kind[host_shape],
+        key = keys.codes(_name_codes(cols)[0][host_shape], kind[host_shape],
                        *(_raw_codes(shaped, f) for f in ("input_dims", "input_type", "concrete")))
         codes, first = _first_of_each(key)
         got = [op_cost(kind[i], name[i], lists(args[i].input_dims), lists(args[i].input_type),
@@ -346,14 +333,13 @@ def _inherit(cols: dict[str, Any]) -> None:
     op = np.full(len(dev), -1, dtype=np.int64)
     ops = np.flatnonzero((cat == "cpu_op") & (ext >= 0))
     if len(ops):
-        okey = rank[ops].astype(np.int64) * _KEY + ext[ops]
+        src_ext = np.where(ext[dev] >= 0, ext[dev], np.where(launch[dev] >= 0, ext[np.maximum(launch[dev], 0)], -1))
+        okey, dkey = keys.joint_codes((rank[ops], ext[ops]), (rank[dev], src_ext))
         o = np.argsort(okey, kind="stable")
         okey_s, ops_s = okey[o], ops[o]
         # several cpu_ops may share an id: keep the innermost (the last one with that key)
         last = np.r_[okey_s[1:] != okey_s[:-1], True]
         okey_s, ops_s = okey_s[last], ops_s[last]
-        src_ext = np.where(ext[dev] >= 0, ext[dev], np.where(launch[dev] >= 0, ext[np.maximum(launch[dev], 0)], -1))
-        dkey = rank[dev].astype(np.int64) * _KEY + src_ext
         pos = np.minimum(np.searchsorted(okey_s, dkey), len(okey_s) - 1)
         hit = (okey_s[pos] == dkey) & (src_ext >= 0)
         op[hit] = ops_s[pos[hit]]

@@ -1,0 +1,51 @@
+"""Composite keys of several columns (rank, device, stream; rank, correlation id; ...).
+
+Keys are built by factorizing: one dense integer code per distinct tuple of values, so tuples
+that differ anywhere get different codes whatever the magnitudes of their values. Bit-packing
+(``rank << 20 | device << 12 | stream & 0xFFF``) aliases ids that do not fit their field
+(streams 7 and 4103 of one device), so no module packs ids into bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
+    codes, uniq = pd.factorize(np.asarray(values), use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), len(uniq)
+
+
+def codes(*cols: np.ndarray) -> np.ndarray:
+    """One int64 code per row: equal tuples of ``cols`` values get equal codes, different tuples
+    different ones (codes are dense, in order of first appearance)."""
+    if not cols:
+        raise ValueError("codes: need at least one column")
+    out, _ = _dense(cols[0])
+    for c in cols[1:]:
+        cc, m = _dense(c)
+        # out < n and cc < m: the pair fits in int64 for any table that fits in memory
+        out, _ = _dense(out * m + cc)
+    return out
+
+
+def joint_codes(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """`codes` of two sets of rows in one code space: a left row and a right row get the same code
+    exactly when their tuples are equal (for lookups of one table's keys in another)."""
+    if len(left) != len(right):
+        raise ValueError("joint_codes: both sides need the same columns")
+    n = len(left[0]) if left else 0
+    both = codes(*(np.concatenate([np.asarray(a), np.asarray(b)]) for a, b in zip(left, right)))
+    return both[:n], both[n:]
+
+
+def lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Position in ``keys`` of the first row equal to each query, -1 where there is none."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    pos = np.searchsorted(sk, queries)
+    pos_c = np.minimum(pos, max(len(sk) - 1, 0))
+    hit = (pos < len(sk)) & (sk[pos_c] == queries) if len(sk) else np.zeros(len(queries), bool)
+    return np.where(hit, order[pos_c] if len(sk) else -1, -1).astype(np.int64)
