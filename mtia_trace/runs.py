@@ -19,65 +19,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from mtia_trace.errors import QueryError
-from mtia_trace.storage import TABLES, Run, find_runs
+from mtia_trace.storage import TABLES, Run, find_runs, sql_literal, views_sql
 
 VIEWS: tuple[str, ...] = (*TABLES, "runs")
 #: ``EXPLAIN [ANALYZE]`` or ``EXPLAIN (options)`` before the statement it explains (and runs).
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\b|\((?:[^()']|'[^']*')*\))?", re.IGNORECASE)
-
-#: Columns of the ``runs`` view: (name, SQL type, getter over run.json).
-_RUN_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("run", "VARCHAR"), ("path", "VARCHAR"), ("hardware", "VARCHAR"), ("mode", "VARCHAR"),
-    ("seed", "BIGINT"), ("loss_rate", "DOUBLE"), ("traces", "VARCHAR"), ("events", "BIGINT"),
-    ("tool_version", "VARCHAR"), ("schema_version", "VARCHAR"), ("created_unix", "DOUBLE"),
-)
-
-
-def _lit(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def _run_row(run: Run, path: str) -> dict[str, object]:
-    m = run.meta
-    opts = m.get("options") or {}
-    traces = ", ".join(str(t.get("path", "")) for t in m.get("traces") or [])
-    return {
-        "run": run.name, "path": path, "hardware": m.get("hardware"),
-        "mode": opts.get("mode"), "seed": m.get("seed"), "loss_rate": opts.get("loss_rate"),
-        "traces": traces, "events": (m.get("rows") or {}).get("events"),
-        "tool_version": m.get("tool_version"), "schema_version": m.get("schema_version"),
-        "created_unix": m.get("created_unix"),
-    }
-
-
-def views_sql(runs: Sequence[Run], *, relative: bool = False) -> str:
-    """``CREATE VIEW`` statements over ``runs``; ``relative`` names files relative to the run."""
-    out = []
-    for table in TABLES:
-        parts = []
-        for run in runs:
-            fs = [str(f.relative_to(run.path)) if relative else str(f)
-                  for f in run.table_files(table)]
-            src = _lit(fs[0]) if len(fs) == 1 else "[" + ", ".join(map(_lit, fs)) + "]"
-            parts.append(f"SELECT {_lit(run.name)} AS run, * FROM read_parquet({src})")
-        out.append(f"CREATE OR REPLACE VIEW {table} AS\n  "
-                   + "\n  UNION ALL BY NAME\n  ".join(parts) + ";")
-    rows = []
-    for run in runs:
-        row = _run_row(run, "." if relative else str(run.path))
-        rows.append("(" + ", ".join(f"CAST({_lit(row[c])} AS {t})" for c, t in _RUN_COLUMNS)
-                    + ")")
-    names = ", ".join(c for c, _ in _RUN_COLUMNS)
-    out.append("CREATE OR REPLACE VIEW runs AS\n  SELECT * FROM (VALUES\n    "
-               + ",\n    ".join(rows) + f"\n  ) AS t({names});")
-    return "\n".join(out) + "\n"
-
 
 def _dataset_name(table: str, i: int) -> str:
     return f"_{table}_{i}"
@@ -87,7 +33,7 @@ def _engine_views_sql(runs: Sequence[Run]) -> str:
     """The views over registered Arrow datasets (the engine itself opens no file)."""
     out = []
     for table in TABLES:
-        parts = [f"SELECT {_lit(run.name)} AS run, * FROM {_dataset_name(table, i)}"
+        parts = [f"SELECT {sql_literal(run.name)} AS run, * FROM {_dataset_name(table, i)}"
                  for i, run in enumerate(runs)]
         out.append(f"CREATE OR REPLACE VIEW {table} AS\n  "
                    + "\n  UNION ALL BY NAME\n  ".join(parts) + ";")

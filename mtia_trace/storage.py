@@ -3,6 +3,8 @@
 A run is built in a hidden temporary directory beside its destination and renamed into place, so
 an interrupted write leaves no partial run. Replacing an existing run (``force=True``) swaps the
 new directory in first and deletes the old one afterwards: an existing run is never lost.
+`views_sql` is the SQL text of the views over runs: written into each run as ``views.sql`` and
+used by `mtia_trace.runs` to query them.
 """
 
 from __future__ import annotations
@@ -248,9 +250,63 @@ def _umask() -> int:
     return mask
 
 
-def _views_file(run: Run) -> str:
-    from mtia_trace.runs import views_sql  # local import: runs imports this module
+#: Columns of the ``runs`` view: (name, SQL type, getter over run.json).
+_RUN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run", "VARCHAR"), ("path", "VARCHAR"), ("hardware", "VARCHAR"), ("mode", "VARCHAR"),
+    ("seed", "BIGINT"), ("loss_rate", "DOUBLE"), ("traces", "VARCHAR"), ("events", "BIGINT"),
+    ("tool_version", "VARCHAR"), ("schema_version", "VARCHAR"), ("created_unix", "DOUBLE"),
+)
 
+
+def sql_literal(value: object) -> str:
+    """``value`` as a SQL literal (NULL, TRUE/FALSE, a number or a quoted string)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _run_row(run: Run, path: str) -> dict[str, object]:
+    m = run.meta
+    opts = m.get("options") or {}
+    traces = ", ".join(str(t.get("path", "")) for t in m.get("traces") or [])
+    return {
+        "run": run.name, "path": path, "hardware": m.get("hardware"),
+        "mode": opts.get("mode"), "seed": m.get("seed"), "loss_rate": opts.get("loss_rate"),
+        "traces": traces, "events": (m.get("rows") or {}).get("events"),
+        "tool_version": m.get("tool_version"), "schema_version": m.get("schema_version"),
+        "created_unix": m.get("created_unix"),
+    }
+
+
+def views_sql(runs: Sequence[Run], *, relative: bool = False) -> str:
+    """``CREATE VIEW`` statements over ``runs``; ``relative`` names files relative to the run."""
+    out = []
+    for table in TABLES:
+        parts = []
+        for run in runs:
+            fs = [str(f.relative_to(run.path)) if relative else str(f)
+                  for f in run.table_files(table)]
+            src = (sql_literal(fs[0]) if len(fs) == 1
+                   else "[" + ", ".join(map(sql_literal, fs)) + "]")
+            parts.append(f"SELECT {sql_literal(run.name)} AS run, * FROM read_parquet({src})")
+        out.append(f"CREATE OR REPLACE VIEW {table} AS\n  "
+                   + "\n  UNION ALL BY NAME\n  ".join(parts) + ";")
+    rows = []
+    for run in runs:
+        row = _run_row(run, "." if relative else str(run.path))
+        rows.append("(" + ", ".join(f"CAST({sql_literal(row[c])} AS {t})" for c, t in _RUN_COLUMNS)
+                    + ")")
+    names = ", ".join(c for c, _ in _RUN_COLUMNS)
+    out.append("CREATE OR REPLACE VIEW runs AS\n  SELECT * FROM (VALUES\n    "
+               + ",\n    ".join(rows) + f"\n  ) AS t({names});")
+    return "\n".join(out) + "\n"
+
+
+def _views_file(run: Run) -> str:
     header = (f"-- Views over the run in this directory (mtia-trace {__version__}, schema "
               f"{schema.SCHEMA_VERSION}).\n-- Run from this directory: duckdb -init views.sql\n")
     return header + views_sql([run], relative=True)

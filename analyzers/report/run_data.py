@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from analyzers import ANALYZERS
 from mtia_trace import storage
+from mtia_trace.runs import connect
 
 
 @dataclass
@@ -33,12 +35,6 @@ class RunData:
 
 def _analyzer_tables(run: storage.Run) -> dict[str, pa.Table]:
     """Every registered analyzer's table over ``run``; empty when analyzers aren't available."""
-    try:
-        from analyzers import ANALYZERS  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
-    from mtia_trace.runs import connect
-
     con = connect([run])
     try:
         return {name: mod.run(con) for name, mod in ANALYZERS.items()}

@@ -10,9 +10,9 @@ from mtia_trace.cli.options import FORCE_OPTION
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import UsageError
-from mtia_trace.runs import connect, views_sql
+from mtia_trace.runs import connect
 from mtia_trace.runs import query as run_query
-from mtia_trace.storage import find_runs
+from mtia_trace.storage import find_runs, views_sql
 
 
 def query(

@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from mtia_trace.errors import HardwareSpecError
+from mtia_trace.ingest.classify import coll_op_of
+from mtia_trace.ingest.shapes import dtype_size
 from mtia_trace.synth.sharding import Collective
+from replay.hardware import collectives as coll_mod
+from replay.hardware import load_spec
+from replay.hardware.model import HardwareModel
 
 #: Assumed host-side costs of a PyTorch eager step (Python + dispatcher), in us.
 HOST_OP_US = 6.0          # per aten op level (dispatch before its first launch)
@@ -62,11 +66,6 @@ class SourceHardware:
 
     @classmethod
     def load(cls, name: str) -> SourceHardware:
-        try:
-            from replay.hardware import load_spec
-            from replay.hardware.model import HardwareModel
-        except ImportError as exc:  # pragma: no cover - replay ships with the package
-            raise HardwareSpecError(f"--source-hw {name}: hardware specs unavailable ({exc})") from None
         spec = load_spec(name)
         v, g = spec.value, spec.get
         hbm = float(v("hbm.bandwidth_GBps")) * 1e3
@@ -107,10 +106,6 @@ class SourceHardware:
         its group has arrived, as the replay's cost model prices the event the trace records:
         op from the ``Collective name``, bytes from ``In/Out msg nelems`` x ``dtype``, group size,
         and placement from ``Process Group Ranks`` (``pg_ranks``, as written)."""
-        from mtia_trace.ingest.classify import coll_op_of
-        from mtia_trace.ingest.shapes import dtype_size
-        from replay.hardware import collectives as coll_mod
-
         R = len(c.groups.gid)
         op_name = coll_mod.normalize_op(coll_op_of("c10d::" + c.op) or c.op)
         op = np.full(R, coll_mod.OPS.index(op_name))

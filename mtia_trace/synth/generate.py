@@ -13,6 +13,7 @@ from mtia_trace.destinations import check_dir, temporary_dir
 from mtia_trace.errors import UsageError
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.model import SHARDINGS, Model
+from mtia_trace.synth.model_file import load_model_file
 from mtia_trace.synth.presets import PRESETS
 from mtia_trace.synth.sharding import host_groups, plan
 from mtia_trace.synth.timeline import HOST_PID, T0_NS, Timeline, overlap_stretch
@@ -51,8 +52,6 @@ class SynthResult:
 
 def resolve_model(opts: SynthOptions) -> Model:
     if opts.model_file:
-        from mtia_trace.synth.model_file import load_model_file
-
         m = load_model_file(opts.model_file)
     else:
         if opts.preset not in PRESETS:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mtia_trace.errors import UsageError
-from mtia_trace.synth.model import Model
+from mtia_trace.synth.model import DTYPES, Model
 
 IDX_DTYPE = ("long int", "Long", 8)   # KJT values (ids)
 LEN_DTYPE = ("int", "Int", 4)         # KJT lengths
@@ -223,8 +223,6 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
 
 
 def _coll_dtype(model: Model) -> str:
-    from mtia_trace.synth.model import DTYPES
-
     return DTYPES[model.dtype][1]
 
 

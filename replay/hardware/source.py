@@ -12,6 +12,8 @@ from collections import Counter
 
 import pyarrow as pa
 
+from replay.hardware.spec import load_spec
+
 #: Schema-metadata key of the events table naming the source spec.
 SOURCE_KEY = b"mtia_trace.source_hw"
 #: ... and why that source (flag or detection), for the run's notes.
@@ -89,8 +91,6 @@ def resolve_source(trace: object, given: str | None = None) -> tuple[str | None,
 
 def with_source(trace: object, given: str | None = None) -> tuple[pa.Table, str | None, str]:
     """(the trace's events tagged with their source, source, why)."""
-    from replay.hardware.spec import load_spec
-
     src, why = resolve_source(trace, given)
     if src:
         load_spec(src)  # a bad --source-hw fails here with the spec's one-line error
