@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from analyzers import (
     critical_path,
-    exposed_comm,
     fetch_stalls,
     idle,
     overlap,
@@ -23,6 +22,7 @@ from analyzers import (
     step_breakdown,
     stragglers,
     top_ops,
+    unoverlapped_comm,
 )
 from mtia_trace.errors import UsageError
 
@@ -36,7 +36,7 @@ class Analyzer(Protocol):
 
 ANALYZERS: dict[str, Analyzer] = {
     a.NAME: a  # type: ignore[misc]
-    for a in (step_breakdown, top_ops, exposed_comm, overlap, stragglers, queueing, fetch_stalls,
+    for a in (step_breakdown, top_ops, unoverlapped_comm, overlap, stragglers, queueing, fetch_stalls,
               critical_path, idle)
 }
 

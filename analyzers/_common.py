@@ -22,15 +22,21 @@ def run_sql(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
     return to_arrow(con.sql(sql))
 
 
-def work_events(con: duckdb.DuckDBPyConnection, columns: str) -> pa.Table:
-    """Compute and communication events on each rank's work timelines, ordered by rank.
+#: Kinds that move memory (HTA's "memory" share of device time).
+MEMORY_KINDS = ("memcpy", "memset")
+
+
+def work_events(con: duckdb.DuckDBPyConnection, columns: str,
+                kinds: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS) -> pa.Table:
+    """Events of ``kinds`` on each rank's work timelines, ordered by rank (compute and
+    communication by default).
 
     Device events where the rank has any; otherwise (CPU-only traces) its host ops.
     """
-    kinds = ", ".join(f"'{k}'" for k in COMPUTE_KINDS + COMM_KINDS)
+    kinds_sql = ", ".join(f"'{k}'" for k in kinds)
     return to_arrow(con.sql(f"""
         SELECT {columns}, kind IN ('collective', 'p2p') AS is_comm
         FROM events
-        WHERE ph = 'X' AND end_us > start_us AND kind IN ({kinds})
+        WHERE ph = 'X' AND end_us > start_us AND kind IN ({kinds_sql})
           AND (is_device OR rank NOT IN (SELECT DISTINCT rank FROM events WHERE is_device))
         ORDER BY rank, start_us, event_id"""))

@@ -8,7 +8,7 @@ import pyarrow as pa
 from analyzers._common import run_sql
 
 NAME = "top_ops"
-DESCRIPTION = "Ops ranked by time on the critical path (exposed) and by total run time (busy)."
+DESCRIPTION = "Ops ranked by time on the critical path (critical) and by total run time (busy)."
 
 
 def run(con: duckdb.DuckDBPyConnection) -> pa.Table:

@@ -1,5 +1,5 @@
--- Ops grouped by name: busy time (all instances) and exposed time (instances on the critical
--- path), in microseconds. Keeps the top 25 by exposed time and the top 25 by busy time.
+-- Ops grouped by name: busy time (all instances) and critical time (instances on the critical
+-- path), in microseconds. Keeps the top 25 by critical time and the top 25 by busy time.
 WITH ev AS (
     SELECT name, kind, is_device, end_us - start_us AS dur_us, critical
     FROM events
@@ -12,21 +12,21 @@ ops AS (
         CASE WHEN is_device THEN 'device' ELSE 'host' END            AS side,
         count(*)                                                       AS count,
         sum(dur_us)                                                    AS busy_us,
-        coalesce(sum(dur_us) FILTER (WHERE critical), 0)               AS exposed_us,
+        coalesce(sum(dur_us) FILTER (WHERE critical), 0)               AS critical_us,
         avg(dur_us)                                                    AS mean_us
     FROM ev
     GROUP BY name, kind, is_device
 ),
 ranked AS (
     SELECT *,
-        100 * exposed_us / nullif(sum(exposed_us) OVER (), 0)         AS exposed_pct, -- of all exposed op time
+        100 * critical_us / nullif(sum(critical_us) OVER (), 0)         AS critical_pct, -- of all critical op time
         100 * busy_us / nullif(sum(busy_us) OVER (), 0)               AS busy_pct,    -- of all busy op time
-        row_number() OVER (ORDER BY exposed_us DESC, busy_us DESC, name, kind, side) AS exposed_rank,
-        row_number() OVER (ORDER BY busy_us DESC, exposed_us DESC, name, kind, side) AS busy_rank
+        row_number() OVER (ORDER BY critical_us DESC, busy_us DESC, name, kind, side) AS critical_rank,
+        row_number() OVER (ORDER BY busy_us DESC, critical_us DESC, name, kind, side) AS busy_rank
     FROM ops
 )
-SELECT name, kind, side, count, exposed_us, exposed_pct, busy_us, busy_pct, mean_us,
-       exposed_rank, busy_rank
+SELECT name, kind, side, count, critical_us, critical_pct, busy_us, busy_pct, mean_us,
+       critical_rank, busy_rank
 FROM ranked
-WHERE exposed_rank <= 25 OR busy_rank <= 25
-ORDER BY exposed_rank;
+WHERE critical_rank <= 25 OR busy_rank <= 25
+ORDER BY critical_rank;

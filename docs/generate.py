@@ -216,12 +216,12 @@ GROUP BY kind, name ORDER BY fetch_us DESC LIMIT 10"""),
      "queue for an engine or link.",
      """SELECT bound_by, count(*) AS events, round(sum(queue_us), 1) AS queue_us
 FROM events GROUP BY bound_by ORDER BY events DESC"""),
-    ("Busy vs exposed time per component",
+    ("Busy vs critical-path time per component",
      "How much of each component's busy time reached the critical path (the rest was hidden by "
      "overlap).",
-     """SELECT component, round(sum(busy_us), 1) AS busy_us, round(sum(exposed_us), 1) AS exposed_us,
-       round(sum(exposed_us) / nullif(sum(busy_us), 0), 3) AS exposed_share
-FROM summary GROUP BY component ORDER BY exposed_us DESC"""),
+     """SELECT component, round(sum(busy_us), 1) AS busy_us, round(sum(critical_us), 1) AS critical_us,
+       round(sum(critical_us) / nullif(sum(busy_us), 0), 3) AS critical_share
+FROM summary GROUP BY component ORDER BY critical_us DESC"""),
     ("Dependency edges by type, and the run's metadata",
      "`runs` has one row per run (hardware, mode, seed, loss rate); join it to any view on `run`.",
      """SELECT r.hardware, r.mode, e.type, count(*) AS edges, round(avg(e.lag_us), 3) AS avg_lag_us

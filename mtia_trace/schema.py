@@ -117,7 +117,7 @@ REPLAY_COLUMNS: tuple[Column, ...] = (
     Column("bound_by", STR, "", "what bound the start: track, host, launch, sync, collective, resource, none"),
     Column("bound_src", I64, "", "event_id whose end bound the start, -1 for none/resource", -1),
     Column("critical", BOOL, "", "true if the event is on its step's critical path"),
-    Column("coll_wait_us", F64, "us", "time a collective instance, ready, waited for the other ranks to arrive", 0.0),
+    Column("peer_wait_us", F64, "us", "time a collective instance, ready, waited for the other ranks to arrive", 0.0),
 )
 
 REPLAYED_EVENTS_SCHEMA = _schema(EVENT_COLUMNS + REPLAY_COLUMNS, "events")
@@ -133,7 +133,19 @@ EDGE_COLUMNS: tuple[Column, ...] = (
 EDGES_SCHEMA = _schema(EDGE_COLUMNS, "edges")
 
 #: The attribution categories; per (rank, step) they sum exactly to ``total_us``.
-ATTRIBUTION: tuple[str, ...] = ("compute", "fetch", "collective", "queue", "retry", "host", "idle")
+ATTRIBUTION: tuple[str, ...] = ("compute", "fetch", "collective", "peer_wait", "queue", "retry",
+                                "host", "idle")
+#: What each category's ``<name>_us`` column of the steps table holds (critical-path time).
+ATTRIBUTION_DOCS: dict[str, str] = {
+    "compute": "critical-path time in arithmetic (the compute cost of the events on the path)",
+    "fetch": "critical-path time in memory-bound work (HBM, embedding gathers, DMA, copies)",
+    "collective": "critical-path time transferring collective / p2p data (transfer only)",
+    "peer_wait": "critical-path time a rank, ready for a collective, waited for its peers",
+    "queue": "critical-path time waiting for a busy resource (message engines, links)",
+    "retry": "critical-path time retransmitting after packet loss",
+    "host": "critical-path time on host threads: ops, launch latency and gaps between ops",
+    "idle": "critical-path time with nothing running (device ready lags, before the first op)",
+}
 
 STEP_COLUMNS: tuple[Column, ...] = (
     Column("rank", I32, "", "rank"),
@@ -142,9 +154,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("end_us", F64, "us", "replayed step end"),
     Column("total_us", F64, "us", "replayed step wall time (end - start)"),
     Column("measured_us", F64, "us", "measured step wall time from the trace"),
-    *(Column(f"{a}_us", F64, "us", f"step time attributed to {a}") for a in ATTRIBUTION),
-    Column("collective_wait_us", F64, "us",
-           "part of collective_us spent waiting for other ranks to arrive"),
+    *(Column(f"{a}_us", F64, "us", ATTRIBUTION_DOCS[a]) for a in ATTRIBUTION),
     Column("straggler_rank", I32, "", "rank whose late arrival cost this rank the most wait, -1 if none", -1),
 )
 STEPS_SCHEMA = _schema(STEP_COLUMNS, "steps")
@@ -211,12 +221,12 @@ def validate_events(table: pa.Table) -> None:
     kinds = set(table.column("kind").unique().to_pylist())
     assert kinds <= set(KINDS), f"unknown kinds {sorted(kinds - set(KINDS))}"
 
-#: Busy vs exposed time per rank and component over the whole run.
+#: Busy vs critical-path time per rank and component over the whole run.
 SUMMARY_COLUMNS: tuple[Column, ...] = (
     Column("rank", I32, "", "rank"),
     Column("component", STR, "", "attribution category (schema.ATTRIBUTION)"),
     Column("busy_us", F64, "us", "total time events of this component ran, overlapped or not"),
-    Column("exposed_us", F64, "us", "time attributed to this component on the critical path"),
+    Column("critical_us", F64, "us", "time attributed to this component on the critical path"),
     Column("steps", I32, "", "number of steps summed"),
 )
 SUMMARY_SCHEMA = _schema(SUMMARY_COLUMNS, "summary")

@@ -118,7 +118,6 @@ def attribute_steps(events: pa.Table, g: Graph, s: Schedule, pt: PathTables
         rows["measured_us"].append(meas)
         for a in schema.ATTRIBUTION:
             rows[f"{a}_us"].append(float(parts[CAT[a]]))
-        rows["collective_wait_us"].append(wk.coll_wait)
         strag = -1
         if wk.late_wait:
             by_rank: dict[int, float] = {}
@@ -138,7 +137,7 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
 
     Busy counts what the walk can expose: leaf work by component, plus for ``host`` the host
     threads' measured gaps and self time (chain lags off leaves) and the launch latencies of the
-    rank's device events, for ``collective`` the waits for peers; ``queue`` the time spent waiting
+    rank's device events; ``peer_wait`` the waits for peers; ``queue`` the time spent waiting
     for pools; ``idle`` is not busy.
     """
     rank = events.column("rank").to_numpy()
@@ -169,8 +168,8 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
                 busy = float(comps[a][mine].sum())
                 if a == "host":
                     busy += float(host_gap[r] + launch_lag[r])
-                elif a == "collective":
-                    busy += float(s.coll_wait[rank == r].sum())
+            elif a == "peer_wait":
+                busy = float(s.coll_wait[rank == r].sum())
             elif a == "queue":
                 busy = float(s.queue[rank == r].sum())
             else:
@@ -178,7 +177,7 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
             rows["rank"].append(r)
             rows["component"].append(a)
             rows["busy_us"].append(busy)
-            rows["exposed_us"].append(float(steps.column(f"{a}_us").to_numpy()[sel].sum()))
+            rows["critical_us"].append(float(steps.column(f"{a}_us").to_numpy()[sel].sum()))
             rows["steps"].append(int(sel.sum()))
     return pa.Table.from_pydict(rows, schema=schema.SUMMARY_SCHEMA)
 

@@ -7,7 +7,7 @@ attribution category (schema.ATTRIBUTION) or, for an event's own duration, the e
 - a host chain gap (parent self time, Python overhead, data loading) and a launch edge's lag
   (launch → kernel latency) and a sync call's return latency: ``host``;
 - a device ready lag after its stream predecessor or a cross-stream wait: ``idle``;
-- waiting for the last rank of a collective: ``collective`` (and counted as collective wait);
+- waiting for the last rank of a collective: ``peer_wait``;
 - waiting for a busy resource pool: ``queue``;
 - before a host track's first point (no binding): ``idle``.
 
@@ -168,7 +168,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
         if peer[p] > s.ready[p]:
             lo = max(s.ready[p], ws)
             wait = t - lo
-            parts[CAT["collective"]] += wait
+            parts[CAT["peer_wait"]] += wait
             cw += wait
             src = int(s.bound_src[p])
             if src >= 0:

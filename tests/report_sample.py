@@ -131,7 +131,7 @@ def _assemble(rows: list[dict[str, object]], *, late_rank: int, late_us: float,
             parts = {c: float(sum(comp[c][i] for i in dev)) for c in ("compute", "fetch", "collective",
                                                                        "retry", "queue")}
             wait = 0.0 if r == late_rank else late_us
-            parts["collective"] += wait
+            parts["peer_wait"] = wait
             parts["host"] = 30.0 + 120.0 - 30.0  # launch latency before the first kernel and gaps
             used = sum(parts.values())
             parts["idle"] = step_len - used
@@ -141,7 +141,6 @@ def _assemble(rows: list[dict[str, object]], *, late_rank: int, late_us: float,
             steps_cols["rank"].append(r), steps_cols["step"].append(s)
             steps_cols["start_us"].append(start), steps_cols["end_us"].append(end)
             steps_cols["total_us"].append(step_len), steps_cols["measured_us"].append(step_len)
-            steps_cols["collective_wait_us"].append(wait)
             steps_cols["straggler_rank"].append(-1 if r == late_rank else late_rank)
     steps = schema.from_columns(steps_cols, schema=schema.STEPS_SCHEMA)
 
@@ -173,7 +172,7 @@ def _assemble(rows: list[dict[str, object]], *, late_rank: int, late_us: float,
             exposed = float(sum(steps_cols[f"{c}_us"][i] for i in srows))
             summary_cols["rank"].append(r), summary_cols["component"].append(c)
             summary_cols["busy_us"].append(max(busy, 0.0) if c != "idle" else exposed)
-            summary_cols["exposed_us"].append(exposed), summary_cols["steps"].append(STEPS)
+            summary_cols["critical_us"].append(exposed), summary_cols["steps"].append(STEPS)
     summary = schema.from_columns(summary_cols, schema=schema.SUMMARY_SCHEMA)
     return ReplayResult(events, edges, steps, collectives, summary, hardware="sample-hw")
 

@@ -138,12 +138,12 @@ def _steps() -> pa.Table:
             t, e, q = s * STEP_US, _embed_us(r), _queue_us(s)
             end = t + 60 + _embed_us(RANKS - 1) + q + 500.0
             total = end - t
-            parts = {"compute": 100.0, "fetch": e, "collective": 400.0 - q, "queue": q,
-                     "retry": q, "host": 60.0}
-            parts["idle"] = total - sum(parts.values())
             wait = _embed_us(RANKS - 1) - e
+            parts = {"compute": 100.0, "fetch": e, "collective": 400.0 - q, "peer_wait": wait,
+                     "queue": q, "retry": q, "host": 60.0}
+            parts["idle"] = total - sum(parts.values())
             row = {"rank": r, "step": s, "start_us": t, "end_us": end, "total_us": total,
-                   "measured_us": total, "collective_wait_us": wait,
+                   "measured_us": total,
                    "straggler_rank": RANKS - 1 if wait > 0 else -1,
                    **{f"{a}_us": v for a, v in parts.items()}}
             for n in cols:
@@ -175,7 +175,7 @@ def _summary(events: pa.Table, steps: pa.Table) -> pa.Table:
             busy = sum(e[col] for e in ev if e["rank"] == r and col in e)
             exposed = sum(x[col] for x in st if x["rank"] == r)
             for n, v in (("rank", r), ("component", a), ("busy_us", busy),
-                         ("exposed_us", exposed), ("steps", STEPS)):
+                         ("critical_us", exposed), ("steps", STEPS)):
                 cols[n].append(v)
     return schema.from_columns(cols, schema=schema.SUMMARY_SCHEMA)
 

@@ -37,9 +37,9 @@ def test_delayed_rank_others_wait_exactly_the_delay(delay):
     steps = res.steps.to_pandas().set_index("rank")
     assert np.allclose(steps.total_us, steps.measured_us, rtol=1e-9)
     for r in (0, 1):
-        assert steps.loc[r, "collective_wait_us"] == pytest.approx(delay, abs=1e-9)
+        assert steps.loc[r, "peer_wait_us"] == pytest.approx(delay, abs=1e-9)
         assert steps.loc[r, "straggler_rank"] == (2 if delay > 0 else -1)
-    assert steps.loc[2, "collective_wait_us"] == pytest.approx(0.0, abs=1e-9)
+    assert steps.loc[2, "peer_wait_us"] == pytest.approx(0.0, abs=1e-9)
     coll = res.collectives.to_pandas()
     assert len(coll) == 1 and coll.skew_us[0] == pytest.approx(delay)
     if delay:
@@ -109,7 +109,7 @@ def _union_in(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> flo
 
 @pytest.mark.parametrize("path", _invariant_cases(), ids=lambda p: p.name)
 def test_attribution_invariants(path):
-    """Per rank: exposed <= busy for every busy component; annotations are never critical; idle
+    """Per rank: critical <= busy for every busy component; annotations are never critical; idle
     time fits in the window's time when none of the rank's critical events runs."""
     from mtia_trace.ingest import load
 
@@ -117,7 +117,7 @@ def test_attribution_invariants(path):
     res = replay_events(ev)
     summ = res.summary.to_pandas()
     busy_comps = summ[summ.component != "idle"]
-    over = busy_comps[busy_comps.exposed_us > busy_comps.busy_us * (1 + 1e-6) + 1e-3]
+    over = busy_comps[busy_comps.critical_us > busy_comps.busy_us * (1 + 1e-6) + 1e-3]
     assert over.empty, over.to_string()
     e = res.events.to_pandas()
     crit_marks = e[e.critical & e.kind.isin(["annotation", "instant"])]
@@ -133,13 +133,13 @@ def test_attribution_invariants(path):
 
 
 def test_cpu_wait_return_latency_is_host_and_transfer_is_collective():
-    """On the gloo sample a rank's wait for a collective is collective time, not host or idle."""
+    """On the gloo sample a rank's wait for a collective is peer_wait time, not host or idle."""
     from mtia_trace.ingest import load
     from tests.conftest import SAMPLES
 
     res = replay_events(load(str(SAMPLES / "torch_cpu_dlrm")).events)
     st = res.steps.to_pandas().set_index(["rank", "step"])
     # rank 1 step 2 waits ~18 ms on its first all_to_all for rank 0 (measured gloo start skew)
-    assert st.loc[(1, 2), "collective_wait_us"] > 15000
+    assert st.loc[(1, 2), "peer_wait_us"] > 15000
     assert st.loc[(1, 2), "straggler_rank"] == 0
     assert st.loc[(1, 2), "idle_us"] < 0.01 * st.loc[(1, 2), "total_us"]

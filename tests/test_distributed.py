@@ -70,7 +70,7 @@ def _same(a, b, keys: list[str]) -> None:  # noqa: ANN001
 
 
 EVENT_COLS = ["event_id", "rank", "start_us", "end_us", "compute_us", "collective_us", "queue_us",
-              "coll_wait_us", "parent_id", "launch_id", "bound_src", "critical"]
+              "peer_wait_us", "parent_id", "launch_id", "bound_src", "critical"]
 
 
 def _same_run(one, two) -> None:  # noqa: ANN001

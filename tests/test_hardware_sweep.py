@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mtia_trace.errors import HardwareSpecError, UsageError
+from mtia_trace.schema import ATTRIBUTION
 from replay.sweep import grid, parse_vary, sweep
 from tests.conftest import REAL, requires_real
 
@@ -40,8 +41,7 @@ def test_sweep_step_time_monotone_in_bandwidth_and_loss() -> None:
     t = sweep(ev, "h100", parse_vary(["network.intra_node_GBps=10,100,1000"]))
     steps = t.column("step_us").to_pylist()
     assert t.num_rows == 3 and all(b <= a + 1e-6 for a, b in zip(steps, steps[1:]))
-    parts = sum(t.column(f"{a}_us").to_numpy() for a in
-                ("compute", "fetch", "collective", "queue", "retry", "host", "idle"))
+    parts = sum(t.column(f"{a}_us").to_numpy() for a in ATTRIBUTION)
     assert parts == pytest.approx(t.column("step_us").to_numpy(), rel=1e-6)
     lossy = sweep(ev, "mtia300", parse_vary(["loss.rto_us=50,5000"]), loss_rate=0.05, seed=3)
     a, b = lossy.column("step_us").to_pylist()

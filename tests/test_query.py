@@ -41,14 +41,14 @@ def test_query_prints_an_aligned_table(runs_dir: Path, cli) -> None:
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "markdown"])
 def test_query_formats(runs_dir: Path, cli, fmt: str) -> None:
-    sql = "SELECT rank, sum(idle_us) AS idle_us FROM steps GROUP BY rank ORDER BY rank"
+    sql = "SELECT rank, sum(peer_wait_us) AS peer_wait_us FROM steps GROUP BY rank ORDER BY rank"
     code, out, _ = cli("query", runs_dir / "a", sql, "--format", fmt)
     assert code == 0
     expected = {
-        "csv": '"rank","idle_us"\n0,200\n1,0\n',
-        "json": json.dumps([{"rank": 0, "idle_us": 200.0}, {"rank": 1, "idle_us": 0.0}],
+        "csv": '"rank","peer_wait_us"\n0,200\n1,0\n',
+        "json": json.dumps([{"rank": 0, "peer_wait_us": 200.0}, {"rank": 1, "peer_wait_us": 0.0}],
                            separators=(",", ":")) + "\n",
-        "markdown": "| rank | idle_us |\n|---:|---:|\n| 0 | 200 |\n| 1 | 0 |\n",
+        "markdown": "| rank | peer_wait_us |\n|---:|---:|\n| 0 | 200 |\n| 1 | 0 |\n",
     }[fmt]
     assert out == expected
 

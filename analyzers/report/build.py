@@ -85,19 +85,17 @@ def attribution_table(a: Attribution) -> Table:
     rows = [[c, fmt.us(a.per_step_us[c]), fmt.pct(a.share(c)), fmt.us(a.busy_per_step_us[c])]
             for c in ATTRIBUTION]
     rows.append(["**total**", fmt.us(a.step_us), fmt.pct(1.0 if a.step_us else float("nan")), ""])
-    return Table(["component", "exposed µs / rank-step", "share of step", "busy µs / rank-step"],
+    return Table(["component", "critical µs / rank-step", "share of step", "busy µs / rank-step"],
                  rows, ["l", "r", "r", "r"])
 
 
 def _grouped_table(steps: pa.Table, key: str, limit: int) -> Table:
     g = steps.group_by(key).aggregate(
-        [("total_us", "mean")] + [(f"{c}_us", "mean") for c in ATTRIBUTION]
-        + [("collective_wait_us", "mean")]).sort_by(key)
+        [("total_us", "mean")] + [(f"{c}_us", "mean") for c in ATTRIBUTION]).sort_by(key)
     rows = [[str(r[key]), fmt.us(r["total_us_mean"])] + [fmt.us(r[f"{c}_us_mean"]) for c in ATTRIBUTION]
-            + [fmt.us(r["collective_wait_us_mean"])] for r in g.slice(0, limit).to_pylist()]
+            for r in g.slice(0, limit).to_pylist()]
     note = f"showing {min(limit, g.num_rows)} of {g.num_rows} {key}s" if g.num_rows > limit else ""
-    return Table([key, "step µs"] + list(ATTRIBUTION) + ["coll. wait"], rows,
-                 ["r"] * (len(ATTRIBUTION) + 3), note)
+    return Table([key, "step µs"] + list(ATTRIBUTION), rows, ["r"] * (len(ATTRIBUTION) + 2), note)
 
 
 def collectives_table(run: RunData) -> Table | None:
@@ -153,7 +151,7 @@ def build_report(run: RunData, *, with_figures: bool = True,
         blocks += [Heading(3, "Top bottlenecks"),
                    Items([f"{f.text}. Try: {f.hint}." for f in found[:3]], ordered=True)]
     blocks += [Heading(3, "Where the time went"), attribution_table(a),
-               Paragraph("Exposed time is on the critical path and sums to the step time; busy "
+               Paragraph("Critical time is on the critical path and sums to the step time; busy "
                          "time counts all work of a component, including work hidden under "
                          "other work.")]
     if with_figures:
@@ -165,9 +163,9 @@ def build_report(run: RunData, *, with_figures: bool = True,
         if tl:
             blocks.append(Figure(f"Replayed timeline of step {tl[1]} across ranks and streams.",
                                  tl[0]))
-        png = figs.busy_vs_exposed(run)
+        png = figs.busy_vs_critical(run)
         if png:
-            blocks.append(Figure("Busy vs exposed time per component.", png))
+            blocks.append(Figure("Busy vs critical-path time per component.", png))
     if a.rank_steps:
         blocks += [Heading(2, "Per rank"), _grouped_table(run.steps, "rank", MAX_RANK_ROWS),
                    Heading(2, "Per step"), _grouped_table(run.steps, "step", MAX_STEP_ROWS)]
@@ -223,7 +221,6 @@ def report_dict(run: RunData) -> dict:
         "attribution_us_per_rank_step": a.per_step_us,
         "attribution_share": {c: a.share(c) for c in ATTRIBUTION},
         "busy_us_per_rank_step": a.busy_per_step_us,
-        "collective_wait_us_per_rank_step": a.collective_wait_us,
         "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
                          "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],
         "per_rank": [{"rank": r["rank"], "step_us": r["total_us_mean"],

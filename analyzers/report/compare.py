@@ -22,7 +22,7 @@ from mtia_trace.errors import UsageError
 from mtia_trace.schema import ATTRIBUTION
 
 #: Metrics `compare --metric` can gate on (all in µs per rank-step; larger is worse).
-METRICS: tuple[str, ...] = ("step_time", *ATTRIBUTION, "collective_wait")
+METRICS: tuple[str, ...] = ("step_time", *ATTRIBUTION)
 #: GitHub caps a job summary at 1 MiB; stay well below it.
 MARKDOWN_LIMIT = 1024 * 1024
 MAX_ANALYSIS_ROWS = 20
@@ -69,8 +69,6 @@ class Delta:
 def metric_value(a: Attribution, metric: str) -> float:
     if metric == "step_time":
         return a.step_us
-    if metric == "collective_wait":
-        return a.collective_wait_us
     return a.per_step_us[metric]
 
 

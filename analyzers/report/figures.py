@@ -18,7 +18,8 @@ from mtia_trace.schema import ATTRIBUTION  # noqa: E402
 
 #: One colour per attribution component, used by every figure.
 COLORS: dict[str, str] = {
-    "compute": "#3b6fd4", "fetch": "#2aa198", "collective": "#d94848", "queue": "#e8a33d",
+    "compute": "#3b6fd4", "fetch": "#2aa198", "collective": "#d94848", "peer_wait": "#f08080",
+    "queue": "#e8a33d",
     "retry": "#8e44ad", "host": "#7f8c8d", "idle": "#d5d9e0",
 }
 #: Timeline colour per event kind group.
@@ -73,26 +74,26 @@ def attribution_bars(run: RunData) -> bytes | None:
     return _png(fig)
 
 
-def busy_vs_exposed(run: RunData) -> bytes | None:
-    """Busy time (all work, overlapped or not) beside exposed time, per component and rank-step."""
+def busy_vs_critical(run: RunData) -> bytes | None:
+    """Busy time (all work, overlapped or not) beside critical-path time, per component and rank-step."""
     if run.summary.num_rows == 0 or run.steps.num_rows == 0:
         return None
     n = run.steps.num_rows
     comp = _np(run.summary, "component").astype(str)
     busy = np.array([_np(run.summary, "busy_us")[comp == c].sum() / n for c in ATTRIBUTION])
-    exposed = np.array([_np(run.summary, "exposed_us")[comp == c].sum() / n for c in ATTRIBUTION])
+    critical = np.array([_np(run.summary, "critical_us")[comp == c].sum() / n for c in ATTRIBUTION])
     fig, ax = plt.subplots(figsize=(8, 3.4))
     y = np.arange(len(ATTRIBUTION))
     ax.barh(y - 0.2, busy, height=0.4, color=[COLORS[c] for c in ATTRIBUTION], alpha=0.45,
             label="busy (incl. hidden)")
-    ax.barh(y + 0.2, exposed, height=0.4, color=[COLORS[c] for c in ATTRIBUTION],
-            label="exposed (critical path)")
+    ax.barh(y + 0.2, critical, height=0.4, color=[COLORS[c] for c in ATTRIBUTION],
+            label="critical (on the critical path)")
     ax.set_yticks(y, list(ATTRIBUTION))
     ax.invert_yaxis()
     ax.set_xlabel("µs per rank-step")
-    ax.set_title("Busy vs exposed time per component", fontsize=10)
+    ax.set_title("Busy vs critical-path time per component", fontsize=10)
     ax.legend(handles=[Patch(color="#888", alpha=0.45, label="busy (incl. overlapped)"),
-                       Patch(color="#888", label="exposed (critical path)")],
+                       Patch(color="#888", label="critical (on the critical path)")],
               fontsize=8, frameon=False, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)

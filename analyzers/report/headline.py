@@ -16,7 +16,8 @@ from mtia_trace.schema import ATTRIBUTION
 WORDS: dict[str, str] = {
     "compute": "compute",
     "fetch": "memory fetch (HBM, embedding gathers, copies)",
-    "collective": "collectives",
+    "collective": "collective transfers",
+    "peer_wait": "waiting for peers at collectives",
     "queue": "queueing for busy message engines / links",
     "retry": "retransmission after packet loss",
     "host": "host overhead (CPU ops, launches, doorbells)",
@@ -30,6 +31,8 @@ HINTS: dict[str, str] = {
     "collective": "overlap it with compute, shrink the messages (quantized comms) or pick a "
                   "better algorithm / topology",
     "straggler": "look at what the late ranks do before the collective (host gaps, data "
+                 "loading, uneven embedding shards)",
+    "peer_wait": "look at what the late ranks do before the collective (host gaps, data "
                  "loading, uneven embedding shards)",
     "queue": "spread collectives out over time or give them more engines / links",
     "retry": "lower the loss rate or switch go-back-N to selective repeat",
@@ -51,7 +54,6 @@ class Attribution:
     step_min_us: float
     step_max_us: float
     measured_us: float
-    collective_wait_us: float
     ranks: int
     steps: int
     rank_steps: int
@@ -69,7 +71,7 @@ def attribution(run: RunData) -> Attribution:
     n = steps.num_rows
     if n == 0:
         zero = {c: 0.0 for c in ATTRIBUTION}
-        return Attribution(zero, dict(zero), 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)
+        return Attribution(zero, dict(zero), 0.0, 0.0, 0.0, 0.0, 0, 0, 0)
     total = _np(steps, "total_us")
     per = {c: float(_np(steps, f"{c}_us").mean()) for c in ATTRIBUTION}
     busy = {c: 0.0 for c in ATTRIBUTION}
@@ -82,7 +84,6 @@ def attribution(run: RunData) -> Attribution:
         per_step_us=per, busy_per_step_us=busy, step_us=float(total.mean()),
         step_min_us=float(total.min()), step_max_us=float(total.max()),
         measured_us=float(np.nanmean(_np(steps, "measured_us"))),
-        collective_wait_us=float(_np(steps, "collective_wait_us").mean()),
         ranks=len(np.unique(_np(steps, "rank"))), steps=len(np.unique(_np(steps, "step"))),
         rank_steps=n)
 
@@ -161,7 +162,7 @@ def _short(name: str, limit: int = 60) -> str:
 
 
 def _straggler(run: RunData, a: Attribution) -> Finding | None:
-    wait = a.collective_wait_us
+    wait = a.per_step_us["peer_wait"]
     colls = run.collectives
     if wait <= 0 or colls.num_rows == 0 or a.step_us <= 0:
         return None
@@ -186,9 +187,10 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
     if a.step_us <= 0:
         return []
     out: list[Finding] = []
+    s = _straggler(run, a)
     for c in ATTRIBUTION:
         us_ = a.per_step_us[c]
-        if us_ / a.step_us < MIN_SHARE:
+        if us_ / a.step_us < MIN_SHARE or (c == "peer_wait" and s is not None):
             continue
         if c == "collective":
             text = _collective_text(run, a)
@@ -198,7 +200,6 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
             text = (f"{WORDS[c]} is {fmt.pct(a.share(c))} of the step "
                     f"({fmt.us(us_)} µs per rank-step)")
         out.append(Finding(c, us_, us_ / a.step_us, text[0].upper() + text[1:], HINTS[c]))
-    s = _straggler(run, a)
     if s is not None:
         out.append(Finding(s.key, s.us_per_step, s.share, s.text[0].upper() + s.text[1:], s.hint))
     return sorted(out, key=lambda f: (-f.us_per_step, f.key))

@@ -46,7 +46,7 @@ def report(
     Given a table written by `mtia-trace sweep` instead, renders step time over the swept
     parameters (a line for one axis, a heat map for two).
 
-    HTML adds figures (attribution per step and rank, a timeline of one step, busy vs exposed)
+    HTML adds figures (attribution per step and rank, a timeline of one step, busy vs critical)
     embedded in one file that opens without network access.
 
     Example: mtia-trace report runs/demo-mtia300 --format html -o report.html

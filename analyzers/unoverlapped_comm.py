@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from analyzers._common import work_events
 from replay.intervals import covered, union
 
-NAME = "exposed_comm"
+NAME = "unoverlapped_comm"
 DESCRIPTION = "Communication not hidden by compute, per collective type and process group."
 
 _COLUMNS = "rank, start_us, end_us, coll_op, pg, kind, coll_bytes_in, critical"
@@ -20,8 +20,8 @@ SCHEMA = pa.schema([
     ("count", pa.int64()),         # instances over all ranks
     ("bytes", pa.float64()),       # bytes contributed, summed over instances (B)
     ("busy_us", pa.float64()),     # total run time of the instances (us)
-    ("exposed_us", pa.float64()),  # part of busy_us with no compute running on the same rank (us)
-    ("exposed_pct", pa.float64()), # exposed share of busy, percent
+    ("unoverlapped_us", pa.float64()),  # part of busy_us with no compute running on the same rank (us)
+    ("unoverlapped_pct", pa.float64()),  # unoverlapped share of busy, percent
     ("critical_us", pa.float64()), # run time of instances on the critical path (us)
 ])
 
@@ -66,8 +66,9 @@ def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
     out = pa.table({
         "coll_op": g.column("coll_op"), "pg": g.column("pg"), "count": g.column("busy_count"),
         "bytes": g.column("bytes_sum"), "busy_us": g.column("busy_sum"),
-        "exposed_us": g.column("exposed_sum"), "exposed_pct": pa.array(pct, from_pandas=True),
+        "unoverlapped_us": g.column("exposed_sum"),
+        "unoverlapped_pct": pa.array(pct, from_pandas=True),
         "critical_us": g.column("critical_sum"),
     }).cast(SCHEMA)
-    return out.sort_by([("exposed_us", "descending"), ("coll_op", "ascending"),
+    return out.sort_by([("unoverlapped_us", "descending"), ("coll_op", "ascending"),
                         ("pg", "ascending")])
