@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from analyzers import (
     critical_path,
+    device_time,
     fetch_stalls,
     idle,
     overlap,
@@ -37,7 +38,7 @@ class Analyzer(Protocol):
 ANALYZERS: dict[str, Analyzer] = {
     a.NAME: a  # type: ignore[misc]
     for a in (step_breakdown, top_ops, unoverlapped_comm, overlap, stragglers, queueing, fetch_stalls,
-              critical_path, idle)
+              critical_path, idle, device_time)
 }
 
 

@@ -15,6 +15,7 @@ from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run, run_from_result
 from mtia_trace.progress import Progress
 from mtia_trace.schema import ATTRIBUTION
+from tests.conftest import REAL, requires_real
 from tests.conftest import invoke_cli as cli
 
 GOLDEN = Path(__file__).parent / "golden" / "report_sample.md"
@@ -150,3 +151,58 @@ def test_report_refuses_a_parquet_that_is_not_a_sweep(run_dir: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(["report", str(run_dir / "steps.parquet")], capsys)
     assert code == 2 and out == "" and "not a sweep table" in err
+
+
+def test_costing_line_names_the_effective_mode_and_its_coverage() -> None:
+    from analyzers.report.build import costing_line
+
+    meta = {"options": {"mode": "auto"},
+            "assumptions": {"model": {"mode": "roofline", "priced_work_time_fraction": 0.089,
+                                      "mode_reason": "no source hardware (none given); events "
+                                                     "with flops/bytes cover 9% of device-work "
+                                                     "time"}}}
+    line = costing_line(meta)
+    assert line is not None and line.startswith("Costing: **roofline**")
+    assert "`--mode auto` chose it: no source hardware (none given)" in line
+    assert "cover **8.9%** of device-work time; the other 91.1% keep their measured" in line
+    # older runs: the coverage comes from the reason text
+    del meta["assumptions"]["model"]["priced_work_time_fraction"]
+    assert "cover **9.0%**" in (costing_line(meta) or "")
+    assert costing_line({}) is None
+    assert "as measured" in (costing_line({"assumptions": {"model": {"costing": "as-measured"}}})
+                             or "")
+
+
+def test_identical_targets_are_called_host_bound() -> None:
+    from mtia_trace.cli.replay_cmd import identical_targets
+
+    steps = report_sample.build_run().steps
+    other = report_sample.build_run(gemm_us=440.0).steps
+    assert "host-bound" in (identical_targets({"a": steps, "b": steps}, ["a", "b"]) or "")
+    assert identical_targets({"a": steps, "b": other}, ["a", "b"]) is None
+    assert identical_targets({"a": steps}, ["a"]) is None
+
+
+@pytest.mark.real
+@requires_real
+def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The MTIA training trace is host-bound: 99% of its step is host time no recorded op
+    accounts for, and it falls back to roofline costing with flops known for a small share."""
+    trace = REAL / "hta" / "mtia_trace_single_rank"
+    if not trace.is_dir():
+        pytest.skip("hta/mtia_trace_single_rank not found")
+    code = cli(["replay", str(trace), "--hw", "mtia300", "--out", str(tmp_path / "run"), "-q"],
+               capsys)[0]
+    assert code == 0
+    run = load_run(tmp_path / "run")
+    d = report_dict(run)
+    top = d["bottlenecks"][0]
+    assert top["key"] == "host_untracked" and top["share"] > 0.9
+    assert d["costing"]["mode"] == "roofline" and 0 < d["costing"]["priced_work_time_fraction"] < 0.5
+    assert d["host_bound"] is True
+    text = render_markdown(build_report(run, with_figures=False))
+    head = text.split("### Where the time went")[0]
+    assert "Costing: **roofline**" in head and "of device-work time" in head
+    assert "1. Untracked host time is 9" in head and "**Host-bound" in head
+    assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import PurePath
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from analyzers.report import figures as figs
 from analyzers.report import fmt
@@ -19,7 +21,17 @@ from analyzers.report.document import (
     Table,
     table_from_arrow,
 )
-from analyzers.report.headline import WORDS, Attribution, attribution, findings
+from analyzers.report.glossary import COMPONENTS, legend
+from analyzers.report.headline import (
+    WORDS,
+    Attribution,
+    Finding,
+    attribution,
+    device_share,
+    findings,
+    host_bound,
+    host_split,
+)
 from analyzers.report.run_data import RunData
 from mtia_trace.schema import ATTRIBUTION
 
@@ -74,11 +86,27 @@ def _source(src: object) -> str:
     return text if len(text) <= 90 else text[:89] + "…"
 
 
-def assumptions(meta: dict) -> list[str]:
+def flatten(node: object, prefix: str = "") -> list[list[str]]:
+    """(dotted key, value) rows of nested run.json data; lists of scalars joined by commas."""
+    if isinstance(node, dict):
+        rows: list[list[str]] = []
+        for k, v in node.items():
+            rows += flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return rows
+    if isinstance(node, list):
+        if all(not isinstance(x, dict | list) for x in node):
+            return [[prefix, ", ".join(fmt.cell(x) for x in node) or "(none)"]]
+        return [r for i, x in enumerate(node) for r in flatten(x, f"{prefix}[{i}]")]
+    return [[prefix, fmt.cell(node)]]
+
+
+def assumptions(meta: dict) -> list[list[str]]:
+    """The run's assumptions as (key, value) rows (run.json holds a list of sentences or a
+    nested object)."""
     a = meta.get("assumptions") or []
     if isinstance(a, dict):
-        return [f"{k}: {v}" for k, v in a.items()]
-    return [str(x) for x in a]
+        return flatten(a)
+    return [["", str(x)] for x in a]
 
 
 def attribution_table(a: Attribution) -> Table:
@@ -86,7 +114,9 @@ def attribution_table(a: Attribution) -> Table:
             for c in ATTRIBUTION]
     rows.append(["**total**", fmt.us(a.step_us), fmt.pct(1.0 if a.step_us else float("nan")), ""])
     return Table(["component", "critical µs / rank-step", "share of step", "busy µs / rank-step"],
-                 rows, ["l", "r", "r", "r"])
+                 rows, ["l", "r", "r", "r"],
+                 legend="critical: time on the critical path, sums to the step time; busy: time "
+                        "the component's work ran, overlapped with other work or not")
 
 
 def _grouped_table(steps: pa.Table, key: str, limit: int) -> Table:
@@ -95,7 +125,8 @@ def _grouped_table(steps: pa.Table, key: str, limit: int) -> Table:
     rows = [[str(r[key]), fmt.us(r["total_us_mean"])] + [fmt.us(r[f"{c}_us_mean"]) for c in ATTRIBUTION]
             for r in g.slice(0, limit).to_pylist()]
     note = f"showing {min(limit, g.num_rows)} of {g.num_rows} {key}s" if g.num_rows > limit else ""
-    return Table([key, "step µs"] + list(ATTRIBUTION), rows, ["r"] * (len(ATTRIBUTION) + 2), note)
+    return Table([key, "step µs"] + list(ATTRIBUTION), rows, ["r"] * (len(ATTRIBUTION) + 2), note,
+                 legend=f"step µs: replayed step wall time; {COMPONENTS}")
 
 
 def collectives_table(run: RunData) -> Table | None:
@@ -111,16 +142,16 @@ def collectives_table(run: RunData) -> Table | None:
              fmt.us(r["queue_us_mean"]), fmt.us(r["retry_us_mean"])] for r in g.to_pylist()]
     return Table(["op", "pg", "count", "bytes / rank", "transfer µs", "mean skew µs",
                   "max skew µs", "queue µs", "retry µs"], rows,
-                 ["l", "l", "r", "r", "r", "r", "r", "r", "r"])
+                 ["l", "l", "r", "r", "r", "r", "r", "r", "r"],
+                 legend="means per instance; " + legend(["transfer_us", "skew_us", "queue_us",
+                                                          "retry_us"]))
 
 
 def _overview(run: RunData, a: Attribution) -> str:
-    mode = (run.meta.get("options") or {}).get("mode")
     traces = trace_names(run.meta)
     parts = [f"Hardware **{run.hardware}**"]
-    if mode:
-        parts.append(f"mode {mode}")
-    parts.append(f"{a.ranks} ranks × {a.steps} steps")
+    parts.append(f"{a.ranks} {'rank' if a.ranks == 1 else 'ranks'} × {a.steps} "
+                 f"{'step' if a.steps == 1 else 'steps'}")
     if traces:
         shown = ", ".join(f"`{t}`" for t in traces[:4])
         parts.append("trace " + shown + (f" and {len(traces) - 4} more" if len(traces) > 4 else ""))
@@ -128,12 +159,92 @@ def _overview(run: RunData, a: Attribution) -> str:
 
 
 def _step_sentence(a: Attribution) -> str:
-    text = (f"Step time **{fmt.us(a.step_us)} µs** (mean over ranks and steps; "
-            f"min {fmt.us(a.step_min_us)}, max {fmt.us(a.step_max_us)})")
+    text = (f"Step time **{fmt.duration(a.step_us)}** (mean over ranks and steps; "
+            f"min {fmt.duration(a.step_min_us)}, max {fmt.duration(a.step_max_us)})")
     if a.measured_us > 0 and not np.isnan(a.measured_us):
-        text += (f"; measured in the trace {fmt.us(a.measured_us)} µs "
+        text += (f"; measured in the trace {fmt.duration(a.measured_us)} "
                  f"(replayed / measured {fmt.ratio(a.step_us / a.measured_us)})")
     return text + "."
+
+
+#: run.json's model-note text ahead of the coverage figure, dropped when the figure is printed.
+_COVERAGE_TAIL = re.compile(r";? ?events with flops/bytes cover (\d+)% of device-work time")
+
+
+def costing(meta: dict) -> dict:
+    """The effective costing mode, why it was chosen and its coverage, from run.json."""
+    notes = meta.get("assumptions")
+    model = notes.get("model") if isinstance(notes, dict) else None
+    model = model if isinstance(model, dict) else {}
+    requested = (meta.get("options") or {}).get("mode")
+    mode = model.get("mode") or ("as-measured" if model.get("costing") == "as-measured" else None)
+    reason = str(model.get("mode_reason") or "")
+    frac = model.get("priced_work_time_fraction")
+    m = _COVERAGE_TAIL.search(reason)
+    if frac is None and m:
+        frac = int(m.group(1)) / 100.0
+    return {"mode": mode, "requested": requested, "reason": _COVERAGE_TAIL.sub("", reason) or None,
+            "priced_work_time_fraction": frac, "source_hw": model.get("source_hw")}
+
+
+def costing_line(meta: dict) -> str | None:
+    """``Costing: **roofline** ...`` for the report header, or None when run.json has no notes."""
+    c = costing(meta)
+    mode = c["mode"]
+    if mode is None:
+        return None
+    if mode == "as-measured":
+        return ("Costing: **as measured**: no target hardware, every event keeps its measured "
+                "duration.")
+    how = {"roofline": "device work timed from its flops and bytes",
+           "scaled": f"measured durations × target/{c['source_hw'] or 'source'} roofline ratio"}
+    text = f"Costing: **{mode}** ({how.get(mode, mode)}"
+    if c["requested"] == "auto" and c["reason"]:
+        text += f"; `--mode auto` chose it: {c['reason']})"
+    elif c["requested"] and c["requested"] != "auto":
+        text += f"; `--mode {c['requested']}`)"
+    else:
+        text += ")"
+    frac = c["priced_work_time_fraction"]
+    if frac is not None:
+        rest = ("keep their measured durations" if mode == "roofline"
+                else "are scaled by their kind's peak ratio")
+        text += (f". Events with flops/bytes cover **{fmt.pct(frac)}** of device-work time; "
+                 f"the other {fmt.pct(1 - frac)} {rest}")
+    return text + "."
+
+
+def device_busy(run: RunData) -> pa.Table | None:
+    """The device_time analyzer's all-streams rows, when the run's analyses include it."""
+    t = run.analyses.get("device_time")
+    if t is None or t.num_rows == 0:
+        return None
+    return t.filter(pc.equal(t.column("stream"), "all"))
+
+
+def _device_sentence(run: RunData, a: Attribution) -> str | None:
+    rows = device_busy(run)
+    if rows is None or rows.num_rows == 0:
+        return None
+    w = float(np.sum(_np(rows, "window_us")))
+    if w <= 0:
+        return None
+
+    def share(col: str) -> str:
+        return fmt.pct(float(np.sum(_np(rows, col))) / w)
+
+    return (f"Devices busy **{share('busy_us')}** of the step wall time (any stream running: "
+            f"compute {share('compute_us')}, communication {share('comm_us')}, memory "
+            f"{share('memory_us')}), idle {share('idle_us')}, per stream in the device_time "
+            f"table; the critical path spends {fmt.pct(device_share(a))} of the step in device "
+            "work and communication.")
+
+
+def _headline_items(found: list[Finding]) -> list[str]:
+    """The top three findings, plus the straggler finding when it is further down (it names the
+    late ranks)."""
+    shown = found[:3] + [f for f in found[3:] if f.key == "straggler"]
+    return [f"{f.text}. Try: {f.hint}." for f in shown]
 
 
 def build_report(run: RunData, *, with_figures: bool = True,
@@ -143,17 +254,25 @@ def build_report(run: RunData, *, with_figures: bool = True,
     a = attribution(run)
     blocks: list[Block] = [Heading(1, f"mtia-trace report: {run.name}"),
                            Paragraph(_overview(run, a))]
+    mode = costing_line(run.meta)
+    if mode:
+        blocks.append(Paragraph(mode))
     blocks += [Heading(2, "Headline"), Paragraph(_step_sentence(a))]
     if a.rank_steps == 0:
         blocks.append(Paragraph("The run has no steps; nothing to attribute."))
+    if host_bound(a):
+        blocks.append(Paragraph(
+            f"**Host-bound: the hardware does not change this step.** The critical path spends "
+            f"only {fmt.pct(device_share(a))} of the step in device work and communication; "
+            "any target gives about the same step time until the host side gets faster."))
+    dev = _device_sentence(run, a)
+    if dev:
+        blocks.append(Paragraph(dev))
     found = findings(run, a)
     if found:
-        blocks += [Heading(3, "Top bottlenecks"),
-                   Items([f"{f.text}. Try: {f.hint}." for f in found[:3]], ordered=True)]
-    blocks += [Heading(3, "Where the time went"), attribution_table(a),
-               Paragraph("Critical time is on the critical path and sums to the step time; busy "
-                         "time counts all work of a component, including work hidden under "
-                         "other work.")]
+        blocks += [Heading(3, "Top bottlenecks (shares of the step)"),
+                   Items(_headline_items(found), ordered=True)]
+    blocks += [Heading(3, "Where the time went"), attribution_table(a)]
     if with_figures:
         tick("figures")
         png = figs.attribution_bars(run)
@@ -179,7 +298,9 @@ def build_report(run: RunData, *, with_figures: bool = True,
             table = run.analyses[name]
             if "run" in table.column_names:
                 table = table.drop_columns(["run"])
-            blocks += [Heading(3, name), table_from_arrow(table, limit=MAX_ANALYSIS_ROWS)]
+            t = table_from_arrow(table, limit=MAX_ANALYSIS_ROWS)
+            blocks += [Heading(3, name),
+                       Table(t.columns, t.rows, t.align, t.note, legend(table.column_names))]
     blocks += _hardware_blocks(run)
     return blocks
 
@@ -195,11 +316,12 @@ def _hardware_blocks(run: RunData) -> list[Block]:
         out.append(Paragraph(f"Hardware **{run.hardware}**; run.json records no spec details."))
     opts = run.meta.get("options") or {}
     if opts:
-        out.append(Paragraph("Options: " + ", ".join(f"`{k}={v}`" for k, v in sorted(opts.items()))
-                             + "."))
+        out += [Heading(3, "Options"), Table(["option", "value"], flatten(opts), ["l", "l"])]
     a = assumptions(run.meta)
-    if a:
-        out += [Paragraph("Assumptions:"), Items(a)]
+    if a and all(k == "" for k, _ in a):
+        out += [Heading(3, "Assumptions"), Items([v for _, v in a])]
+    elif a:
+        out += [Heading(3, "Assumptions"), Table(["key", "value"], a, ["l", "l"])]
     return out
 
 
@@ -209,6 +331,7 @@ def report_dict(run: RunData) -> dict:
     steps = run.steps
     per_rank = steps.group_by("rank").aggregate(
         [("total_us", "mean")] + [(f"{c}_us", "mean") for c in ATTRIBUTION]).sort_by("rank")
+    hs = host_split(run, a)
     return {
         "run": run.name,
         "hardware": run.hardware,
@@ -221,6 +344,10 @@ def report_dict(run: RunData) -> dict:
         "attribution_us_per_rank_step": a.per_step_us,
         "attribution_share": {c: a.share(c) for c in ATTRIBUTION},
         "busy_us_per_rank_step": a.busy_per_step_us,
+        "costing": costing(run.meta),
+        "host_bound": host_bound(a),
+        "device_share_of_critical_path": device_share(a) if a.step_us > 0 else None,
+        "host_split_us_per_rank_step": {"ops": hs.ops_us, "untracked": hs.untracked_us},
         "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
                          "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],
         "per_rank": [{"rank": r["rank"], "step_us": r["total_us_mean"],
@@ -228,6 +355,6 @@ def report_dict(run: RunData) -> dict:
                      for r in per_rank.to_pylist()],
         "analyses": {name: t.to_pylist() for name, t in sorted(run.analyses.items())},
         "components": {c: WORDS[c] for c in ATTRIBUTION},
-        "assumptions": assumptions(run.meta),
+        "assumptions": run.meta.get("assumptions") or [],
         "options": run.meta.get("options") or {},
     }

@@ -30,6 +30,7 @@ class Table:
     #: "l" or "r" per column; numbers right-aligned
     align: list[Literal["l", "r"]] = field(default_factory=list)
     note: str = ""  # e.g. "showing 10 of 64 rows"
+    legend: str = ""  # what the columns mean, one line (glossary.legend)
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,16 @@ def cell(value: object) -> str:
             return f"{value:.4g}"
         return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.1f}"
     return str(value)
+
+
+def duration(x: float) -> str:
+    """A duration in µs with the unit that fits: ``13.32 s``, ``107.3 ms``, ``382.4 µs``."""
+    if x is None or math.isnan(x):
+        return "–"
+    if is_noise_us(x):
+        return "0 µs"
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(x) >= scale:
+            v = x / scale
+            return f"{v:,.2f} {unit}" if abs(v) < 100 else f"{v:,.1f} {unit}"
+    return f"{x:,.1f} µs"

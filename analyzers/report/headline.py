@@ -37,6 +37,8 @@ HINTS: dict[str, str] = {
     "queue": "spread collectives out over time or give them more engines / links",
     "retry": "lower the loss rate or switch go-back-N to selective repeat",
     "host": "batch launches (graphs), trim Python overhead between ops",
+    "host_untracked": "profile the host side (py-spy, record_function ranges around data loading "
+                      "and Python between ops): the trace does not say what these gaps are",
     "idle": "look for data-loader stalls and host synchronizations between steps",
 }
 
@@ -90,14 +92,15 @@ def attribution(run: RunData) -> Attribution:
 
 @dataclass(frozen=True)
 class Finding:
-    key: str            # an ATTRIBUTION component or "straggler"
-    us_per_step: float  # exposed microseconds per rank-step this finding explains
+    key: str            # an ATTRIBUTION component, "host_untracked", "host_ops" or "straggler"
+    us_per_step: float  # critical-path microseconds per rank-step this finding explains
     share: float        # us_per_step / step time
-    text: str           # one sentence with the numbers
+    text: str           # one sentence with the numbers, shares always of the step
     hint: str           # what to look at next
 
 
-def _critical_device(run: RunData) -> pa.Table:
+def _critical(run: RunData) -> pa.Table:
+    """Critical events that are work (not annotations or instants)."""
     ev = run.events
     if ev.num_rows == 0 or "critical" not in ev.column_names:
         return ev.slice(0, 0)
@@ -106,54 +109,84 @@ def _critical_device(run: RunData) -> pa.Table:
     return ev.filter(mask)
 
 
-def _top_group(table: pa.Table, keys: list[str], value: np.ndarray) -> tuple[tuple, float, float]:
-    """(key values, sum of value, fraction of total) of the largest group, or ((), 0, 0)."""
+def _top_group(table: pa.Table, keys: list[str], value: np.ndarray) -> tuple[tuple, float]:
+    """(key values, sum of value) of the largest group, or ((), 0)."""
     if table.num_rows == 0 or value.sum() <= 0:
-        return (), 0.0, 0.0
+        return (), 0.0
     grouped = (pa.table({**{k: table.column(k) for k in keys}, "v": value})
-               .group_by(keys).aggregate([("v", "sum")]).sort_by([("v_sum", "descending")]))
+               .group_by(keys).aggregate([("v", "sum")])
+               .sort_by([("v_sum", "descending")] + [(k, "ascending") for k in keys]))
     top = grouped.slice(0, 1).to_pylist()[0]
-    return tuple(top[k] for k in keys), float(top["v_sum"]), float(top["v_sum"] / value.sum())
+    return tuple(top[k] for k in keys), float(top["v_sum"])
+
+
+def _of_step(us_per_step: float, a: Attribution, *, inner: bool = False) -> str:
+    """``"12.3% of the step (1.23 ms per rank-step)"``; inside parentheses (``inner``)
+    ``"12.3% of the step, 1.23 ms per rank-step"``."""
+    share = fmt.pct(us_per_step / a.step_us if a.step_us > 0 else float("nan"))
+    per = f"{fmt.duration(us_per_step)} per rank-step"
+    return f"{share} of the step, {per}" if inner else f"{share} of the step ({per})"
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+@dataclass(frozen=True)
+class HostSplit:
+    """The critical path's host time, per rank-step: inside recorded ops, and everything else."""
+
+    ops_us: float        # own time of host ops on the critical path
+    untracked_us: float  # host time no recorded op accounts for (gaps, launch / sync latency)
+    top_op: str | None   # the host op with most critical time
+    top_op_us: float
+
+
+def host_split(run: RunData, a: Attribution) -> HostSplit:
+    crit = _critical(run)
+    host = a.per_step_us["host"]
+    if crit.num_rows == 0 or a.rank_steps == 0 or "host_us" not in crit.column_names:
+        return HostSplit(0.0, host, None, 0.0)
+    ops = crit.filter(pc.invert(crit.column("is_device")))
+    v = _np(ops, "host_us").astype(float)
+    ops_us = min(float(v.sum()) / a.rank_steps, host)
+    key, top = _top_group(ops, ["name"], v)
+    return HostSplit(ops_us, max(host - ops_us, 0.0), str(key[0]) if key else None,
+                     top / a.rank_steps)
 
 
 def _collective_text(run: RunData, a: Attribution) -> str:
-    """Names the (op, process group) with most critical-path collective time and apportions the
-    exposed collective time to it by that share."""
+    """Collective transfers on the critical path, naming the (op, process group) with most."""
     total = a.per_step_us["collective"]
-    base = (f"exposed {WORDS['collective']} are {fmt.pct(a.share('collective'))} of the step "
-            f"({fmt.us(total)} µs per rank-step)")
-    crit = _critical_device(run)
+    base = f"{_cap(WORDS['collective'])} are {_of_step(total, a)}"
+    crit = _critical(run)
     kind = _np(crit, "kind").astype(str) if crit.num_rows else np.array([], dtype=str)
     coll = crit.filter(pa.array(np.isin(kind, ["collective", "p2p"])))
-    if coll.num_rows == 0:
+    if coll.num_rows == 0 or "collective_us" not in coll.column_names:
         return base
-    dur = _np(coll, "end_us") - _np(coll, "start_us")
     filled = pa.table({"coll_op": pc.fill_null(coll.column("coll_op"), "collective"),
                        "pg": pc.fill_null(coll.column("pg"), "?")})
-    key, _, frac = _top_group(filled, ["coll_op", "pg"], dur)
+    key, top = _top_group(filled, ["coll_op", "pg"], _np(coll, "collective_us").astype(float))
     if not key:
         return base
-    op, pg = key
-    if frac > 0.999:
-        return f"exposed {op} on pg {pg} is {fmt.pct(a.share('collective'))} of the step " \
-               f"({fmt.us(total)} µs per rank-step, all of the exposed collective time)"
-    return (f"exposed {op} on pg {pg} is {fmt.pct(frac * a.share('collective'))} of the step "
-            f"({fmt.us(frac * total)} µs per rank-step, {fmt.pct(frac)} of the exposed "
-            f"collective time by critical-path share); all {base}")
+    top_us = min(top / a.rank_steps, total)
+    if top_us >= 0.999 * total:
+        return f"{base}, all of it {key[0]} on pg {key[1]}"
+    return (f"{base}; the largest part is {key[0]} on pg {key[1]} "
+            f"({_of_step(top_us, a, inner=True)})")
 
 
 def _top_name_text(run: RunData, component: str, a: Attribution) -> str:
-    text = (f"{WORDS[component]} is {fmt.pct(a.share(component))} of the step "
-            f"({fmt.us(a.per_step_us[component])} µs per rank-step)")
-    crit = _critical_device(run)
+    text = f"{_cap(WORDS[component])} is {_of_step(a.per_step_us[component], a)}"
+    crit = _critical(run)
     col = f"{component}_us"
     if crit.num_rows == 0 or col not in crit.column_names:
         return text
-    key, total, frac = _top_group(crit, ["name"], _np(crit, col))
-    if total <= 0:
+    key, top = _top_group(crit, ["name"], _np(crit, col).astype(float))
+    if not key or top <= 0:
         return text
-    name = key[0]
-    return f"{text}; the largest part is `{_short(name)}` ({fmt.pct(frac)} of critical-path {component})"
+    top_us = min(top / a.rank_steps, a.per_step_us[component])
+    return f"{text}; the largest part is `{_short(key[0])}` ({_of_step(top_us, a, inner=True)})"
 
 
 def _short(name: str, limit: int = 60) -> str:
@@ -161,28 +194,51 @@ def _short(name: str, limit: int = 60) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _straggler(run: RunData, a: Attribution) -> Finding | None:
-    wait = a.per_step_us["peer_wait"]
+def late_ranks(run: RunData, a: Attribution) -> list[tuple[int, int]]:
+    """(rank, collectives it arrived last at by a significant lead), most often late first."""
     colls = run.collectives
-    if wait <= 0 or colls.num_rows == 0 or a.step_us <= 0:
-        return None
+    if colls.num_rows == 0 or a.step_us <= 0:
+        return []
     skew = _np(colls, "skew_us")
     late = _np(colls, "late_rank")
     significant = (skew >= max(1.0, MIN_SHARE * a.step_us)) & (late >= 0)
-    if not significant.any():
-        return None
     ranks, counts = np.unique(late[significant], return_counts=True)
-    order = np.argsort(-counts, kind="stable")
-    named = ", ".join(f"rank {int(ranks[i])} last in {int(counts[i])} of {len(skew)}"
-                      for i in order[:3])
-    text = (f"{len(ranks)} of {a.ranks} ranks arrive late at collectives by ≥ "
-            f"{fmt.us(float(skew[significant].min()))} µs ({named}); waiting for them costs "
-            f"{fmt.pct(wait / a.step_us)} of the step ({fmt.us(wait)} µs per rank-step)")
+    order = np.lexsort((ranks, -counts))
+    return [(int(ranks[i]), int(counts[i])) for i in order]
+
+
+def _straggler(run: RunData, a: Attribution) -> Finding | None:
+    wait = a.per_step_us["peer_wait"]
+    late = late_ranks(run, a)
+    if wait <= 0 or not late:
+        return None
+    n = run.collectives.num_rows
+    skew = _np(run.collectives, "skew_us")
+    lead = float(skew[skew >= max(1.0, MIN_SHARE * a.step_us)].min())
+    named = ", ".join(f"rank {r} last in {c} of {n}" for r, c in late)
+    text = (f"Waiting for late peers is {_of_step(wait, a)}: {len(late)} of {a.ranks} ranks "
+            f"arrive late at collectives by ≥ {fmt.us(lead)} µs ({named})")
     return Finding("straggler", wait, wait / a.step_us, text, HINTS["straggler"])
 
 
+#: Below this share of the step the devices' critical-path time is negligible: host-bound.
+HOST_BOUND_DEVICE_SHARE = 0.05
+DEVICE_COMPONENTS = ("compute", "fetch", "collective", "peer_wait", "queue", "retry")
+
+
+def device_share(a: Attribution) -> float:
+    """Share of the step the critical path spends in device work and communication."""
+    if a.step_us <= 0:
+        return float("nan")
+    return sum(a.per_step_us[c] for c in DEVICE_COMPONENTS) / a.step_us
+
+
+def host_bound(a: Attribution) -> bool:
+    return a.step_us > 0 and device_share(a) < HOST_BOUND_DEVICE_SHARE
+
+
 def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
-    """Every candidate bottleneck above `MIN_SHARE`, largest first."""
+    """Every candidate bottleneck above `MIN_SHARE` of the step, largest first."""
     a = a or attribution(run)
     if a.step_us <= 0:
         return []
@@ -192,16 +248,31 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
         us_ = a.per_step_us[c]
         if us_ / a.step_us < MIN_SHARE or (c == "peer_wait" and s is not None):
             continue
+        if c == "host":
+            h = host_split(run, a)
+            if h.untracked_us / a.step_us >= MIN_SHARE:
+                out.append(Finding(
+                    "host_untracked", h.untracked_us, h.untracked_us / a.step_us,
+                    f"Untracked host time is {_of_step(h.untracked_us, a)}: host threads on "
+                    "the critical path outside every recorded op (Python, data loading, waits "
+                    "the trace does not record; launch and sync latency)", HINTS["host_untracked"]))
+            if h.ops_us / a.step_us >= MIN_SHARE:
+                text = f"Host ops on the critical path are {_of_step(h.ops_us, a)}"
+                if h.top_op:
+                    text += (f"; the largest is `{_short(h.top_op)}` "
+                             f"({_of_step(h.top_op_us, a, inner=True)})")
+                out.append(Finding("host_ops", h.ops_us, h.ops_us / a.step_us, text,
+                                   HINTS["host"]))
+            continue
         if c == "collective":
             text = _collective_text(run, a)
-        elif c in ("compute", "fetch", "host"):
+        elif c in ("compute", "fetch"):
             text = _top_name_text(run, c, a)
         else:
-            text = (f"{WORDS[c]} is {fmt.pct(a.share(c))} of the step "
-                    f"({fmt.us(us_)} µs per rank-step)")
-        out.append(Finding(c, us_, us_ / a.step_us, text[0].upper() + text[1:], HINTS[c]))
+            text = f"{_cap(WORDS[c])} is {_of_step(us_, a)}"
+        out.append(Finding(c, us_, us_ / a.step_us, text, HINTS[c]))
     if s is not None:
-        out.append(Finding(s.key, s.us_per_step, s.share, s.text[0].upper() + s.text[1:], s.hint))
+        out.append(s)
     return sorted(out, key=lambda f: (-f.us_per_step, f.key))
 
 

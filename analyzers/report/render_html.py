@@ -26,6 +26,7 @@ figure{margin:1.2em 0}
 figure img{max-width:100%;border:1px solid #e2e6ee}
 figcaption{color:#555;font-size:.9em}
 .note{color:#666;font-style:italic;font-size:.88em}
+.legend{color:#555;font-size:.82em;margin-top:-.3em}
 ol li,ul li{margin:.25em 0}
 """
 
@@ -44,6 +45,8 @@ def _table(t: Table) -> str:
         "<tr>" + "".join(f'<td class="{a}">{_inline(c)}</td>' for c, a in zip(row, align)) + "</tr>"
         for row in t.rows)
     note = f'<p class="note">{_inline(t.note)}</p>' if t.note else ""
+    if t.legend:
+        note += f'<p class="legend">{_inline(t.legend)}</p>'
     return (f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
             f"</div>{note}")
 

@@ -18,6 +18,8 @@ def _table(t: Table) -> list[str]:
     out += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in t.rows]
     if t.note:
         out += ["", f"_{t.note}_"]
+    if t.legend:
+        out += ["", _escape(t.legend)]
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import typer
 
@@ -90,3 +91,33 @@ def replay(
             typer.echo(f"\n{h}: attribution per step (mean over ranks, us)")
             typer.echo(render_table(step_table(steps[h])), nl=False)
         typer.echo(f"run written to {dests[h]}")
+    same = identical_targets(steps, hws)
+    if same:
+        typer.echo(f"mtia-trace: warning: {same}", err=True)
+
+
+#: Targets whose every (rank, step) time and component agree to this relative tolerance (of the
+#: step time) are the same result up to float summation order.
+SAME_REL = 1e-9
+
+
+def identical_targets(steps: dict[str, pa.Table], hws: list[str]) -> str | None:
+    """The loud sentence for targets whose step attributions are identical, else None."""
+    if len(hws) < 2:
+        return None
+    cols = ["total_us"] + [f"{a}_us" for a in schema.ATTRIBUTION]
+
+    def arr(h: str) -> np.ndarray:
+        t = steps[h].sort_by([("rank", "ascending"), ("step", "ascending")])
+        return np.stack([t.column(c).to_numpy() for c in cols]) if t.num_rows else np.empty(0)
+
+    first = arr(hws[0])
+    if first.size == 0:
+        return None
+    tol = SAME_REL * np.abs(first[0]).max()
+    if not all(arr(h).shape == first.shape and np.abs(arr(h) - first).max() <= tol
+               for h in hws[1:]):
+        return None
+    return (f"{' and '.join(hws)} give identical step times and attribution: the step is "
+            "host-bound, the hardware does not change it (see `mtia-trace report` for where "
+            "the host time goes)")

@@ -192,6 +192,7 @@ class HardwareModel:
             notes["mode_reason"] = (f"{why}; events with flops/bytes cover {frac:.0%} of "
                                     f"device-work time")
         notes["mode"] = mode
+        notes["priced_work_time_fraction"] = frac  # device-work time with flops/bytes known
         notes["source_hw"] = source.name if source is not None else None
         notes["source_hw_reason"] = source_why
         notes["collective_costing"] = ("alpha-beta on the target in every mode (measured "
