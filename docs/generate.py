@@ -135,9 +135,13 @@ empty; numbers are >= 0; efficiencies lie in (0, 1]; `comm.path` is `offloaded` 
 dedicated message engines: needs `comm.message_engines`, `comm.engines_per_collective`,
 `comm.engine_reduction_GBps`, `comm.overlap_slowdown`) or `on_compute` (collectives on the
 compute cores: needs `comm.sm_count`, `comm.comm_ctas`, `comm.mem_contention`,
-`comm.gemm_waves_max`, `comm.concurrent_collectives`); `comm.algorithm` is auto / ring / tree /
-hierarchical; `loss.recovery` is go_back_n / selective_repeat; `loss.rto_us` (or
-`loss.ib_timeout`) is required.
+`comm.gemm_waves_max`, `comm.concurrent_collectives`, `comm.reduction_GBps`); `comm.algorithm`
+is auto / ring / tree / nvls / nvls_tree / collnet / hierarchical and `comm.protocol` auto / ll /
+ll128 / simple; the NVLS keys (`comm.nvls_efficiency`, `network.nvls_*`,
+`comm.nvls_tree_channel_*`) come together or not at all (no NVLS without them), and
+`comm.collnet = true` needs `network.collnet_intra_us` / `network.collnet_inter_us`;
+`loss.recovery` is go_back_n / selective_repeat; `loss.rto_us` (or `loss.ib_timeout`) is
+required.
 
 ### What-ifs without a file: `--set`
 

@@ -10,10 +10,14 @@ from mtia_trace.schema import from_columns, validate_events
 from replay.hardware import load_spec, model_for
 from replay.hardware.retries import expected_retry_us, poisson_quantile
 
+#: Every latency of the collective model set to 0 (per-step by link class, base, post).
+NO_LATENCY = [f"network.{c}_{a}_{p}_us=0" for c in ("intra", "inter") for a in ("ring", "tree")
+              for p in ("ll", "ll128", "simple")] + [
+    f"comm.{a}_base_{p}_us=0" for a in ("ring", "tree") for p in ("ll", "ll128", "simple")] + [
+    "comm.post_us=0"]
 #: A one-rack offloaded spec with round numbers: 100 GB/s = 1e5 B/us, no latency, no posts.
-PLAIN = ["network.intra_node_GBps=100", "comm.intra_efficiency=1", "network.latency_us=0",
-         "comm.base_latency_us=0", "comm.doorbell_us=0", "network.inter_node_GBps=10",
-         "comm.inter_efficiency=1", "network.inter_latency_us=0"]
+PLAIN = ["network.intra_node_GBps=100", "comm.intra_efficiency=1", "network.inter_node_GBps=10",
+         "comm.inter_efficiency=1", *NO_LATENCY]
 
 
 def events(rows: list[dict]) -> pa.Table:  # noqa: F821
@@ -50,30 +54,34 @@ def test_ring_allreduce_and_all_to_all_bytes() -> None:
 
 
 def test_latency_and_post_terms() -> None:
-    m = model_for(load_spec("mtia300", PLAIN + ["network.latency_us=1", "comm.doorbell_us=0.5",
-                                                "comm.base_latency_us=2"]))
+    # ring Simple in one rack: base + 2(p-1) steps; no post floor inside a node
+    m = model_for(load_spec("mtia300", PLAIN + ["network.intra_ring_simple_us=1",
+                                                "comm.ring_base_simple_us=2",
+                                                "comm.protocol=simple", "comm.algorithm=ring"]))
     c = m.cost(events([coll("allreduce", 8e6, 4)]))
     assert c.collective_us[0] == pytest.approx(120.0 + 2 * 3 * 1.0 + 2.0)
-    assert c.host_us[0] == pytest.approx(2 * 3 * 0.5)  # one NIC post per ring step
+    # a direct all-to-all posts one NIC message per peer (in-rack peers too on MTIA)
+    m = model_for(load_spec("mtia300", PLAIN + ["comm.post_us=0.5"]))
+    c = m.cost(events([coll("all_to_all", 8e6, 4)]))
+    assert c.host_us[0] == pytest.approx(3 * 0.5)
 
 
 def test_express_doorbell_saving_40_rank_all_to_all() -> None:
     ev = events([coll("all_to_all", 21.8e6, 40)])
     express = model_for("mtia300").cost(ev)
-    host_doorbell = model_for(load_spec("mtia300", ["comm.doorbell_us=1.0"])).cost(ev)
+    host_doorbell = model_for(load_spec("mtia300", ["comm.post_us=1.0"])).cost(ev)
     assert host_doorbell.host_us[0] - express.host_us[0] == pytest.approx(39 * 0.8)
     assert (host_doorbell.collective_us == express.collective_us).all()
 
 
 def test_hierarchical_allreduce_by_hand() -> None:
     spec = load_spec("h100", ["comm.intra_efficiency=1", "comm.inter_efficiency=1",
-                              "network.latency_us=0", "network.inter_latency_us=0",
-                              "comm.base_latency_us=0"])
+                              "comm.algorithm=hierarchical", "comm.protocol=simple", *NO_LATENCY])
     c = model_for(spec).cost(events([coll("all_reduce", 16e6, 16)]))
     # L=8, N=2: 2*(7/8)*n over NVLink 450 GB/s + 2*(1/2)*(n/8) over the 50 GB/s NIC
     want = 2 * 7 / 8 * 16e6 / 450e3 + 2 * 0.5 * 2e6 / 50e3
     assert c.collective_us[0] == pytest.approx(want)
-    assert c.host_us[0] == pytest.approx(2 * 1 * (1.0 + 3.0))  # 2(N-1) NIC steps x (doorbell + proxy)
+    assert c.host_us[0] == 0.0  # ring-type steps carry their post in the step latency floor
 
 
 def test_roofline_knee() -> None:
@@ -142,7 +150,7 @@ def _random_collectives(n: int = 300, seed: int = 3):
 @pytest.mark.parametrize("hw", ["mtia300", "h100"])
 @pytest.mark.parametrize("knob, lo, hi", [
     ("network.intra_node_GBps", 200, 2000), ("network.inter_node_GBps", 25, 400),
-    ("hbm.bandwidth_GBps", 1000, 9000), ("comm.doorbell_us", 2.0, 0.1),
+    ("hbm.bandwidth_GBps", 1000, 9000), ("comm.post_us", 2.0, 0.1),
 ])
 def test_more_bandwidth_never_slower(hw: str, knob: str, lo: float, hi: float) -> None:
     ev = _random_collectives()
@@ -233,7 +241,13 @@ def test_overlap_slowdown_offloaded_vs_on_compute() -> None:
 
 
 def test_resource_pools() -> None:
+    # MTIA: one message-engine pool per rank, shared by in-rack and cross-rack collectives
     c = model_for("mtia300").cost(events([coll("all_reduce", 1e6, 8, rank=3),
                                           dict(kind="gemm", flops=1e9)]))
     assert c.resource.tolist() == [3, -1]
     assert len(c.resource_capacity) == 4 and (c.resource_capacity == 1).all()
+    # GPU: in-node links and NICs are separate pools of each rank (rank r: 2r and 2r + 1)
+    c = model_for("h100").cost(events([coll("all_reduce", 1e6, 8, rank=3),
+                                       coll("all_to_all", 1e6, 16, rank=3)]))
+    assert c.resource.tolist() == [6, 7]
+    assert len(c.resource_capacity) == 8

@@ -64,7 +64,7 @@ def test_step_time_monotone_in_loss(hw: str) -> None:
     sets = ["loss.rto_us=2000"] if hw == "mtia300" else ["loss.ib_timeout=4",
                                                          "network.ranks_per_node=1"]
     t = [step_us(hw, sets, loss_rate=q, seed=5) for q in (0.0, 1e-4, 1e-3, 1e-2, 5e-2)]
-    assert all(b >= a for a, b in zip(t, t[1:])), t
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(t, t[1:])), t  # equal up to rounding
     assert t[-1] > t[0]
 
 

@@ -143,7 +143,8 @@ def test_h100_replay_of_h100_synth_close_to_as_measured(tmp_path: Path, opts: di
     a = _mean_step(replay_events(ev, AsMeasured(), graph=g))
     assert h == pytest.approx(a, rel=0.03)
     if opts.get("ranks", 40) > 8:
-        assert hr.notes["collective_algorithms"]["hierarchical"] > 0  # crosses nodes
+        # the cross-node all-to-alls are direct; collectives spanning nodes use the NICs
+        assert any(k.startswith("direct/") for k in hr.notes["collective_algorithms"])
     # compute and fetch are carried over exactly, but for h100's own overlap slowdown
     ci = costing_input(ev, g)
     c, m = hm.cost(ci), AsMeasured().cost(ci)

@@ -92,7 +92,7 @@ def test_placement_from_pg_ranks() -> None:
 
 def test_strided_group_goes_over_the_nics() -> None:
     # 4 ranks, one per node: contiguous would say NVLink; the recorded list says 4 nodes
-    spec = load_spec("h100", PLAIN + ["comm.proxy_overhead_us=0"])
+    spec = load_spec("h100", PLAIN)
     rows = [dict(coll("all_to_all", 8e6, 4), pg_ranks="[0, 8, 16, 24]"),
             dict(coll("all_to_all", 8e6, 4), pg_ranks="[0, 1, 2, 3]"),
             coll("all_to_all", 8e6, 4)]

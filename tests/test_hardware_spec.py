@@ -14,7 +14,7 @@ from replay.hardware.spec import CONFIDENCES, REQUIRED_KEYS
 SYNTH_KEYS = ("compute.peak_tflops_bf16", "compute.peak_tflops_fp32", "compute.efficiency_gemm",
               "hbm.bandwidth_GBps", "hbm.efficiency", "hbm.gather_efficiency",
               "host.kernel_launch_us", "network.ranks_per_node", "network.intra_node_GBps",
-              "network.inter_node_GBps", "network.latency_us")
+              "network.inter_node_GBps", "network.intra_ring_simple_us")
 
 
 def test_bundled_specs_listed() -> None:

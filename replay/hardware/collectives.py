@@ -1,23 +1,71 @@
-"""Collective costs over arrays: alpha-beta(-gamma) per algorithm and topology.
+"""Collective costs over arrays: NCCL's tuning model (algorithms x protocols, the fastest wins).
 
-Notation (HARDWARE.md 2.4): p ranks in the group, L = min(p, ranks_per_node) ranks per node (or
-rack), N = ceil(p / L) nodes; n is the AllReduce buffer, S the total buffer of reduce-scatter /
-all-gather / all-to-all (nccl-tests convention). Bandwidths are per rank and direction, times
-the link efficiency. Each step costs a latency alpha; each message posted to a NIC costs a post
-(doorbell, plus a host proxy overhead on host-driven stacks) which is returned separately as
-``post_us`` and attributed to host time. Reductions run at the collective's reduction
-throughput, pipelined with the transfer (the slower of the two bounds the time).
+One model for every target, structured like NCCL's tuner (NVIDIA/nccl ``src/graph/tuning.cc``,
+``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``): each (algorithm, protocol) candidate has a
+latency ``lat`` (a base latency plus per-step hardware latencies by link class) and a bandwidth
+``algbw``; its time is ``lat + bytes / algbw`` and the cheapest candidate per message is chosen.
+Targets differ only through named spec values (link bandwidths, per-step latencies by protocol,
+protocol caps, NVSwitch reduction, post cost, reduction throughput); no target has a protocol or
+algorithm the machinery withholds from another.
+
+Notation: p ranks in the group, L of them on the event's node (rack), N nodes; ``bytes`` is the
+size nccl-tests prints: the AllReduce / Broadcast buffer, the *whole* buffer of ReduceScatter /
+AllGather, the send buffer of AllToAll. Bandwidths are per rank and direction (bytes/us),
+times the link efficiency. NCCL's "bus bandwidth" of a ring is the per-rank link bandwidth;
+``algbw = busbw x ratio`` with ratio p / nsteps for ring and NVLS (nsteps = 2(p-1) AllReduce,
+p-1 ReduceScatter/AllGather, p Broadcast) and 0.5 for tree and CollNet, as in tuning.cc.
+
+Algorithms:
+
+- ``ring``: NCCL's ring. On one node it runs at the in-node bandwidth; across nodes each
+  channel's ring leaves every node once, so the node's NICs (one per rank, up to ``channels``
+  of them) carry it: ``min(B_intra, min(L, channels) x B_nic)``. Latency
+  ``base + (nsteps - nInter) x max(intra step, post floor) + nInter x inter step``, nInter =
+  2(N-1) for AllReduce, N-1 for ReduceScatter/AllGather; the post floor (``comm.post_us``, x3
+  for Simple) applies across nodes only: NCCL's ``max(latency, netOverhead)``, a floor, not an
+  addition. Multi-node Simple AllReduce latency x ``comm.ring_plateau`` once each rank's share
+  per channel is >= 64 B (tuning.cc "plateau effect of ring").
+- ``tree`` (AllReduce): a binary tree inside the node and a double binary tree across nodes,
+  ``busbw = min(0.92 B_ring, channels x tree cap)``, LL at 1/3.8 of it (capped at the LL
+  maximum), LL128 at 7/9 (one node) or 120/128 (capped per channel), algbw = 0.5 busbw x NCCL's
+  tree correction factor by size; latency ``base + 2(log2 L x intra + log2 N x inter)``. NCCL's
+  tuner counts L-1 chain steps inside a node; log2 L levels are used here so that a group in
+  one large rack is never slower than the same group split over smaller racks (3 levels where
+  NCCL counts 7 steps on an 8-GPU node: 4.8 us less at LL). Per-node-count caps are taken
+  non-increasing in N.
+- ``nvls`` / ``nvls_tree`` (AllReduce; NVLS also ReduceScatter/AllGather on one node), only
+  where the spec has NVSwitch reduction (``comm.nvls_efficiency`` > 0), Simple only: NVLS
+  channels = min(L, 32) pulling from the switch, the per-channel NVLink bandwidth taken to
+  NCCL's SM90 search step at or below ``B_intra / channels`` (search.cc), times the NVLS
+  efficiency and (channels-1)/channels, x2 for AllReduce (two pipelined operations) or x(L-1)/L;
+  NVLS-tree is further capped by the per-channel NIC step (x2 on two nodes) and the NVLS-tree
+  per-channel cap. Latency: the NVLS step (+ 2 log2 N inter steps for the tree).
+- ``collnet`` (AllReduce, where ``comm.collnet`` is set: in-network reduction such as IB SHARP):
+  CollNet chain, ``algbw = 0.5 x B_ring``, latency ``2(L-1) intra + inter``.
+- ``hierarchical`` (across nodes; only when ``comm.algorithm`` names it, as NCCL's tuner never
+  runs it): in-node ReduceScatter + cross-node ring on the 1/L shard
+  over each rank's own NIC + in-node AllGather, phases in sequence.
+- ``direct`` (AllToAll, send/recv): every peer progressed at once over its own channels, so the
+  latency is one step per link class crossed (not one per peer) and the in-node and off-node
+  parts move concurrently; each NIC message costs a post (``comm.post_us``, serial on the
+  posting agent: the GPU's proxy thread or MTIA's message engine), returned as ``post_us``.
+
+Protocols (every algorithm except NVLS/CollNet takes all three): ``simple`` at the link
+bandwidth; ``ll`` at half of it, capped at ``comm.ll_max*``; ``ll128`` at 0.92 of it (120 of 128
+bytes carry data), capped at ``channels x comm.ll128_channel_GBps``. Each has its own base and
+per-step latencies (``comm.*_base_*_us``, ``network.*_{ll,ll128,simple}_us``).
+
+Reductions run at the collective's reduction throughput (GPU SMs, MTIA message engines),
+pipelined with the transfer (the slower bound wins); switch reductions (NVLS, CollNet) need none.
 
 Placement: global rank r sits on node (rack) r // ranks_per_node of the target. When the event
 records its group's ranks (``pg_ranks``, e.g. "[0, 8, 16, 24]"), L is the number of group ranks
-on the event's own node and N the number of nodes the group spans, so a strided cross-node group
-is costed on the NICs even when it is small; when the list is absent or truncated ("..."), the
-group is taken as contiguous (node-major), the way process groups are usually built.
+on the event's own node and N the number of nodes the group spans; when the list is absent or
+truncated ("..."), the group is taken as contiguous (node-major).
 
-Link sharing: every collective is costed at its rank's full link bandwidth divided by
-``share`` (the number of collectives the rank's pool lets run at once under
-``comm.link_sharing = "split"``; 1 under the default ``"fifo"``, where the pool admits one at a
-time), so concurrent collectives never exceed the links' aggregate bandwidth.
+Link sharing: bandwidths are divided by ``share`` (collectives the rank's pool runs at once
+under ``comm.link_sharing = "split"``; 1 under ``"fifo"``), so concurrent collectives never
+exceed the links' aggregate bandwidth.
 """
 
 from __future__ import annotations
@@ -33,6 +81,30 @@ from replay.hardware.spec import HardwareSpec
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "p2p",
        "barrier", "unknown")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical", "direct")
+PROTOCOLS = ("ll", "ll128", "simple")
+#: collectives `hw collective` and the nccl-tests tables speak of
+NCCL_TESTS_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+
+# NCCL constants that are part of the algorithm rather than the hardware (tuning.cc, search.cc)
+_LL_FRACTION = 0.5            # LL: 8-byte stores carry 4 data bytes
+_LL128_FRACTION = 0.92        # LL128: 120 of 128 bytes carry data
+_TREE_FRACTION = 0.92         # tree AllReduce busbw refinement
+_TREE_LL_DIVISOR = 3.8        # tree LL
+_NVLS_MAX_ARITY = 32          # NCCL_MAX_NVLS_ARITY (device.h)
+_PLATEAU_MIN_BYTES = 64       # ring Simple plateau: bytes per channel per rank
+#: per-channel bandwidth steps of NCCL's SM90 graph search (search.cc sm90SpeedArrayIntra/Inter)
+_SPEEDS_INTRA = np.array([60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0]) * 1e3
+_SPEEDS_INTER = np.array([48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
+                          3.0, 2.4, 1.2, 0.24, 0.12]) * 1e3
+#: tree AllReduce bandwidth correction by log2(bytes / 64), per protocol (tuning.cc)
+_TREE_CORRECTION = np.array([
+    [1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
+     1.0, 1.0, 1.0],
+    [1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9,
+     1.0, 1.0, 1.0],
+    [.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9,
+     .9]])
 
 
 def normalize_op(name: str | None) -> str:
@@ -94,48 +166,126 @@ def placement(pg_ranks: pa.ChunkedArray | pa.Array, rank: np.ndarray,
 
 
 @dataclass
-class Link:
-    """Per-rank link parameters, B in bytes/us."""
+class Tuning:
+    """A spec's collective parameters in model units (bytes/us, us); one per target."""
 
-    bw: float
-    alpha: float
-    post: float
+    b_intra: float            # per-rank in-node / in-rack bandwidth, efficiency applied
+    b_nic: float              # per-rank NIC / cross-rack bandwidth, efficiency applied
+    channels: int
+    base: dict[tuple[str, str], float]    # (ring|tree, protocol) -> us
+    intra: dict[tuple[str, str], float]   # per-step latency in a node
+    inter: dict[tuple[str, str], float]   # per-step latency across nodes
+    ll_max: tuple[float, float, float]    # LL bandwidth cap on 1, 2, >2 nodes
+    ll128_channel: float
+    tree_channel: tuple[float, float, float]
+    tree_ll128_channel: tuple[float, float, float]
+    nvls_efficiency: float
+    nvls_us: float
+    nvls_inter_us: float
+    nvls_tree_inter_us: float
+    nvls_tree_channel: tuple[float, float]  # 2 nodes, >2 nodes
+    collnet: bool
+    collnet_intra_us: float
+    collnet_inter_us: float
+    post_us: float
+    plateau: float
+    reduction: float          # bytes/us
+    via_nic: bool
+    algorithm: str
+    protocol: str
+
+    @classmethod
+    def of(cls, spec: HardwareSpec) -> Tuning:
+        v = spec.value
+
+        def f(key: str) -> float:
+            return float(v(key))  # type: ignore[arg-type]
+
+        def opt(key: str) -> float:  # NVLS / CollNet keys: absent where the hardware has none
+            return float(spec.get(key, 0.0))  # type: ignore[arg-type]
+
+        def per(prefix: str, suffix: str = "_us") -> dict[tuple[str, str], float]:
+            return {(a, p): f(prefix.format(a=a) + f"_{p}{suffix}")
+                    for a in ("ring", "tree") for p in PROTOCOLS}
+
+        def gb(key: str) -> float:
+            return f(key) * 1e3
+
+        def caps(*keys: str) -> tuple[float, ...]:
+            # per-node-count caps taken non-increasing in the node count, so spreading a group
+            # over more nodes never raises its bandwidth (NCCL's Hopper tree cap is 38.7 GB/s on
+            # one node and 41.4 on two)
+            return tuple(np.minimum.accumulate([gb(k) for k in keys]).tolist())
+
+        return cls(
+            b_intra=gb("network.intra_node_GBps") * f("comm.intra_efficiency"),
+            b_nic=gb("network.inter_node_GBps") * f("comm.inter_efficiency"),
+            channels=max(int(v("comm.channels")), 1),  # type: ignore[call-overload]
+            base=per("comm.{a}_base"), intra=per("network.intra_{a}"),
+            inter=per("network.inter_{a}"),
+            ll_max=caps("comm.ll_max_1node_GBps", "comm.ll_max_2node_GBps",
+                        "comm.ll_max_GBps"),  # type: ignore[arg-type]
+            ll128_channel=gb("comm.ll128_channel_GBps"),
+            tree_channel=caps("comm.tree_channel_1node_GBps", "comm.tree_channel_2node_GBps",
+                              "comm.tree_channel_GBps"),  # type: ignore[arg-type]
+            tree_ll128_channel=caps("comm.tree_ll128_channel_1node_GBps",
+                                    "comm.tree_ll128_channel_2node_GBps",
+                                    "comm.tree_ll128_channel_GBps"),  # type: ignore[arg-type]
+            nvls_efficiency=opt("comm.nvls_efficiency"),
+            nvls_us=opt("network.nvls_us"), nvls_inter_us=opt("network.nvls_inter_us"),
+            nvls_tree_inter_us=opt("network.nvls_tree_inter_us"),
+            nvls_tree_channel=(opt("comm.nvls_tree_channel_2node_GBps") * 1e3,
+                               opt("comm.nvls_tree_channel_GBps") * 1e3),
+            collnet=bool(v("comm.collnet")),
+            collnet_intra_us=opt("network.collnet_intra_us"),
+            collnet_inter_us=opt("network.collnet_inter_us"),
+            post_us=f("comm.post_us"), plateau=f("comm.ring_plateau"),
+            reduction=reduction_bw(spec), via_nic=bool(v("network.intra_node_via_nic")),
+            algorithm=str(v("comm.algorithm")), protocol=str(v("comm.protocol")),
+        )
+
+
+def reduction_bw(spec: HardwareSpec) -> float:
+    """Reduction throughput (bytes/us) available to one collective."""
+    if spec.value("comm.path") == "offloaded":
+        engines = int(spec.value("comm.message_engines"))  # type: ignore[call-overload]
+        used = min(int(spec.value("comm.engines_per_collective")), engines)  # type: ignore[call-overload]
+        return float(spec.value("comm.engine_reduction_GBps")) * 1e3 * used  # type: ignore[arg-type]
+    return float(spec.value("comm.reduction_GBps")) * 1e3  # type: ignore[arg-type]
 
 
 @dataclass
 class CollectiveCost:
-    """Per event: transfer (incl. latency), post cost, and what crossed a NIC (for retries)."""
+    """Per event: transfer (incl. latency), post cost, what crossed a NIC (for retries), and the
+    (algorithm, protocol) chosen (indices into `ALGORITHMS`, `PROTOCOLS`)."""
 
     collective_us: np.ndarray
     post_us: np.ndarray
     nic_bytes: np.ndarray
     nic_messages: np.ndarray
     nic_bw: np.ndarray  # bytes/us of the NIC path the event used
-    algorithm: np.ndarray  # per event: 0 flat ring/direct, 1 tree, 2 hierarchical
+    algorithm: np.ndarray
+    protocol: np.ndarray
 
 
-def links(spec: HardwareSpec) -> tuple[Link, Link]:
-    """(intra-node, inter-node) link parameters of a spec."""
-    doorbell = float(spec.value("comm.doorbell_us"))
-    proxy = float(spec.value("comm.proxy_overhead_us"))
-    via_nic = bool(spec.value("network.intra_node_via_nic"))
-    intra = Link(float(spec.value("network.intra_node_GBps")) * 1e3
-                 * float(spec.value("comm.intra_efficiency")),
-                 float(spec.value("network.latency_us")),
-                 (doorbell + proxy) if via_nic else 0.0)
-    inter = Link(float(spec.value("network.inter_node_GBps")) * 1e3
-                 * float(spec.value("comm.inter_efficiency")),
-                 float(spec.value("network.inter_latency_us")), doorbell + proxy)
-    return intra, inter
+def _proto_bw(t: Tuning, b: np.ndarray, proto: str, idx: np.ndarray) -> np.ndarray:
+    """A link bandwidth as a protocol moves data over it (ring refinements of tuning.cc)."""
+    if proto == "ll":
+        return np.minimum(np.take(t.ll_max, idx), _LL_FRACTION * b)
+    if proto == "ll128":
+        return np.minimum(_LL128_FRACTION * b, t.channels * t.ll128_channel)
+    return b
 
 
-def reduction_bw(spec: HardwareSpec) -> float:
-    """Reduction throughput (bytes/us) available to one collective."""
-    if spec.value("comm.path") == "offloaded":
-        engines = int(spec.value("comm.message_engines"))
-        used = min(int(spec.value("comm.engines_per_collective")), engines)
-        return float(spec.value("comm.engine_reduction_GBps")) * 1e3 * max(used, 1)
-    return float(spec.value("comm.reduction_GBps")) * 1e3
+def _step_down(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """The largest NCCL search step <= x (the smallest step when x is below all of them)."""
+    asc = steps[::-1]
+    i = np.searchsorted(asc, x, side="right") - 1
+    return asc[np.clip(i, 0, len(asc) - 1)]
+
+
+def _log2i(x: np.ndarray) -> np.ndarray:
+    return np.floor(np.log2(np.maximum(x, 1.0)))
 
 
 def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
@@ -146,108 +296,197 @@ def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
     ``local`` / ``nodes`` (L, N per event from `placement`; 0 = unknown, contiguous assumed)
     and ``share`` (concurrent collectives splitting the links) are optional.
     """
-    intra, inter = links(spec)
-    intra.bw /= max(share, 1)
-    inter.bw /= max(share, 1)
-    via_nic = bool(spec.value("network.intra_node_via_nic"))
-    base = float(spec.value("comm.base_latency_us"))
-    red = reduction_bw(spec)
-    algo_name = str(spec.value("comm.algorithm"))
-    rpn = int(spec.value("network.ranks_per_node"))
-
-    p = np.maximum(group.astype(np.float64), 1.0)
+    t = Tuning.of(spec)
+    rpn = int(spec.value("network.ranks_per_node"))  # type: ignore[call-overload]
+    p = np.maximum(np.asarray(group, dtype=np.float64), 1.0)
     L = np.minimum(p, rpn)
     N = np.ceil(p / L)
     if local is not None and nodes is not None:
         known = (local > 0) & (nodes > 0)
         L = np.where(known, np.minimum(local, p), L)
         N = np.where(known, nodes, N)
-    multi = N > 1
-    if algo_name == "auto":
-        algo = np.where(multi, 2, 0)
-    else:
-        algo = np.full(len(p), {"ring": 0, "tree": 1, "hierarchical": 2}[algo_name])
-        algo = np.where((algo == 2) & ~multi, 0, algo)  # one node: hierarchical is a ring
+    bytes_in = np.asarray(bytes_in, dtype=np.float64)
+    bytes_out = np.asarray(bytes_out, dtype=np.float64)
     n = np.maximum(bytes_in, bytes_out)
-    S = np.where(op == OPS.index("reduce_scatter"), bytes_in,
-                 np.where(op == OPS.index("all_gather"), bytes_out, n))
+    size = np.where(op == OPS.index("reduce_scatter"), bytes_in,
+                    np.where(op == OPS.index("all_gather"), bytes_out, n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        costs = _costs(t, op, size, p, L, N, max(int(share), 1))
+    single = p <= 1
+    for a in ("collective_us", "post_us", "nic_bytes", "nic_messages"):
+        setattr(costs, a, np.where(single, 0.0, getattr(costs, a)))
+    return costs
 
-    # flat algorithms use the slowest link of the group: NVLink/in-rack on one node, else NIC
-    fb = np.where(multi, inter.bw, intra.bw)
-    fa = np.where(multi, inter.alpha, intra.alpha)
-    fpost = np.where(multi, inter.post, intra.post)
 
-    def flat(steps: np.ndarray, wire: np.ndarray, reduced: np.ndarray):
-        t = np.maximum(wire / fb, reduced / red)
-        over_nic = multi | via_nic
-        return (steps * fa + t, steps * fpost, np.where(over_nic, wire, 0.0),
-                np.where(over_nic, steps, 0.0))
-
-    def hier(steps_i, wire_i, steps_o, wire_o, reduced):
-        t = np.maximum(wire_i / intra.bw + wire_o / inter.bw, reduced / red)
-        lat = steps_i * intra.alpha + steps_o * inter.alpha
-        post = steps_i * intra.post + steps_o * inter.post
-        nic = wire_o + (wire_i if via_nic else 0.0)
-        msgs = steps_o + (steps_i if via_nic else 0.0)
-        return lat + t, post, nic, msgs
-
-    z = np.zeros(len(p))
-    frac = (p - 1) / p
+def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.ndarray,
+           N: np.ndarray, share: int) -> CollectiveCost:
+    k = len(p)
+    is_ = {name: op == OPS.index(name) for name in OPS}
+    ar = is_["all_reduce"] | is_["barrier"] | is_["unknown"]
+    rsag = is_["reduce_scatter"] | is_["all_gather"]
+    chain = is_["broadcast"] | is_["reduce"]
+    direct = is_["all_to_all"] | is_["p2p"]
+    size = np.where(is_["barrier"] | is_["unknown"], 0.0, size)
+    multi = N > 1
+    idx = np.where(N <= 1, 0, np.where(N <= 2, 1, 2)).astype(np.int64)
+    bi = np.full(k, t.b_intra / share)
+    bo = np.full(k, t.b_nic / share)
+    b_ring = np.where(multi, np.minimum(bi, np.minimum(L, t.channels) * bo), bi)
     fi, fo = (L - 1) / L, (N - 1) / N
-    log2p = np.ceil(np.log2(p))
-    cases = {
-        # ring AllReduce: 2(p-1) steps, 2(p-1)/p n on the wire, (p-1)/p n reduced
-        "all_reduce": (flat(2 * (p - 1), 2 * frac * n, frac * n),
-                       flat(2 * log2p, 2 * n, frac * n),
-                       hier(2 * (L - 1), 2 * fi * n, 2 * (N - 1), 2 * fo * n / L,
-                            fi * n + fo * n / L)),
-        "reduce_scatter": (flat(p - 1, frac * S, frac * S), None,
-                           hier(L - 1, fi * S, N - 1, fo * S / L, fi * S + fo * S / L)),
-        "all_gather": (flat(p - 1, frac * S, z), None,
-                       hier(L - 1, fi * S, N - 1, fo * S / L, z)),
-        "broadcast": (flat(p - 1, n, z), None, hier(L - 1, n, N - 1, n, z)),
-        "reduce": (flat(p - 1, n, n), None, hier(L - 1, n, N - 1, n, n)),
-        "p2p": None, "barrier": None, "unknown": None, "all_to_all": None,
-    }
-    coll, post, nic, msgs = z.copy(), z.copy(), z.copy(), z.copy()
-    for name, variants in cases.items():
-        if variants is None:
-            continue
-        mask = op == OPS.index(name)
-        if not mask.any():
-            continue
-        ring, tree, hierarchical = variants
-        for code, v in ((0, ring), (1, tree or ring), (2, hierarchical)):
-            m = mask & (algo == code)
-            coll[m], post[m], nic[m], msgs[m] = v[0][m], v[1][m], v[2][m], v[3][m]
+    nsteps = np.where(ar, 2 * (p - 1), np.where(rsag, p - 1, p))
+    n_inter = np.where(multi, np.where(ar, 2 * (N - 1), np.where(rsag, N - 1, 0)), 0)
+    reduced = np.where(ar | is_["reduce_scatter"], (p - 1) / p * size,
+                       np.where(is_["reduce"], size, 0.0))
+    t_red = reduced / t.reduction
+    # what crosses a NIC per rank, for retransmissions (each rank's share of the node's traffic)
+    wire_o = np.where(ar, 2 * fo * size / L, np.where(rsag | chain, fo * size / L, 0.0))
+    wire_i = np.where(ar, 2 * fi * size, np.where(rsag, fi * size, np.where(chain, size, 0.0)))
+    nic_b = np.where(multi, wire_o, 0.0) + (wire_i if t.via_nic else 0.0)
+    nic_m = n_inter + (np.where(L > 1, nsteps - n_inter, 0) if t.via_nic else 0)
+    inf = np.full(k, np.inf)
+    # direct: one NIC message per off-node peer (and per in-node peer where those use the NIC)
+    msgs = np.where(is_["p2p"], np.where(multi | t.via_nic, 1.0, 0.0),
+                    (p - L) + ((L - 1) if t.via_nic else 0.0))
 
-    # direct all-to-all: (p-1) pairwise steps; node-local and off-node parts move concurrently
-    m = op == OPS.index("all_to_all")
-    if m.any():
-        wi, wo = (L - 1) / p * S, (p - L) / p * S
-        t = np.maximum(wi / intra.bw, wo / inter.bw)
-        lat = (L - 1) * intra.alpha + (p - L) * inter.alpha
-        pst = (L - 1) * intra.post + (p - L) * inter.post
-        coll[m], post[m] = (lat + t)[m], pst[m]
-        nic[m] = (wo + (wi if via_nic else 0.0))[m]
-        msgs[m] = ((p - L) + ((L - 1) if via_nic else 0.0))[m]
-        algo = np.where(m, 0, algo)
-    # send/recv: one message to a peer, taken as node-local
-    m = op == OPS.index("p2p")
-    if m.any():
-        coll[m] = (intra.alpha + n / intra.bw)[m]
-        post[m] = intra.post
-        nic[m] = n[m] if via_nic else 0.0
-        msgs[m] = 1.0 if via_nic else 0.0
-    # barrier / unrecognised: latency of a tree of zero-byte steps
-    m = np.isin(op, (OPS.index("barrier"), OPS.index("unknown")))
-    if m.any():
-        coll[m] = (log2p * fa)[m]
-        post[m] = (log2p * fpost)[m]
+    cands: list[tuple[str, str, np.ndarray, np.ndarray]] = []  # (algorithm, protocol, time, post)
+    zero = np.zeros(k)
+    log_size = _log2i(np.maximum(size, 1.0) / 64.0).astype(np.int64)
+    log_size = np.where(size >= 64, log_size, -1)
+    for proto in PROTOCOLS:
+        floor = np.where(multi, t.post_us * (3.0 if proto == "simple" else 1.0), 0.0)
+        li = np.maximum(t.intra[("ring", proto)], floor)
+        lo = np.where(L <= 1, t.inter[("tree", proto)], t.inter[("ring", proto)])
+        # ring
+        algbw = _proto_bw(t, b_ring, proto, idx) * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
+        step = np.where(multi & chain, lo, li)
+        lat = np.where(chain, t.base[("ring", proto)] + nsteps * step,
+                       t.base[("ring", proto)] + (nsteps - n_inter) * li + n_inter * lo)
+        if proto == "simple":
+            plateau = multi & ar & (size / (t.channels * p) >= _PLATEAU_MIN_BYTES)
+            lat = np.where(plateau, lat * t.plateau, lat)
+        ok = ~direct
+        cands.append(("ring", proto, np.where(ok, lat + np.maximum(size / algbw, t_red), inf), zero))
+        # tree (AllReduce)
+        bus = np.minimum(_TREE_FRACTION * b_ring, t.channels * np.take(t.tree_channel, idx))
+        if proto == "ll":
+            bus = np.minimum(bus / _TREE_LL_DIVISOR, np.take(t.ll_max, idx))
+        elif proto == "ll128":
+            bus = np.minimum(bus * np.where(N <= 1, 7.0 / 9.0, 120.0 / 128.0),
+                             t.channels * np.take(t.tree_ll128_channel, idx))
+        corr = np.where((log_size >= 0) & (log_size < 23),
+                        _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
+        algbw = 0.5 * bus * corr
+        lat = t.base[("tree", proto)] + 2 * (_log2i(L) * t.intra[("tree", proto)]
+                                             + _log2i(N) * t.inter[("tree", proto)])
+        cands.append(("tree", proto, np.where(ar, lat + np.maximum(size / algbw, t_red), inf),
+                      zero))
+        # hierarchical: in-node RS + cross-node ring on the 1/L shard + in-node AG
+        hi, ho = _proto_bw(t, bi, proto, idx), _proto_bw(t, bo, proto, idx)
+        wire = np.where(ar, 2 * fi * size / hi + 2 * fo * size / L / ho,
+                        np.where(rsag, fi * size / hi + fo * size / L / ho,
+                                 size / hi + size / ho))
+        steps_i = np.where(ar, 2 * (L - 1), np.where(rsag, L - 1, L))
+        steps_o = np.where(ar, 2 * (N - 1), np.where(rsag, N - 1, N))
+        lat = t.base[("ring", proto)] + steps_i * li + steps_o * lo
+        ok = multi & ~direct
+        cands.append(("hierarchical", proto, np.where(ok, lat + np.maximum(wire, t_red), inf),
+                      zero))
+        # direct: all peers at once; in-node and off-node parts concurrently
+        wi, wo = (L - 1) / p * size, (p - L) / p * size
+        wire = np.maximum(wi / hi, wo / ho)
+        lat = (t.base[("ring", proto)] + np.where(L > 1, t.intra[("ring", proto)], 0.0)
+               + np.where(multi, t.inter[("ring", proto)], 0.0))
+        p2p_t = np.where(multi, t.inter[("ring", proto)] + size / ho,
+                         t.intra[("ring", proto)] + size / hi)
+        time = np.where(is_["p2p"], p2p_t, lat + wire)
+        cands.append(("direct", proto, np.where(direct, time, inf), msgs * t.post_us))
 
-    local = p <= 1
-    coll = np.where(local, 0.0, coll + base)
-    post = np.where(local, 0.0, post)
-    nic_bw = np.where(multi, inter.bw, intra.bw)
-    return CollectiveCost(coll, post, np.where(local, 0.0, nic), np.where(local, 0.0, msgs),
-                          nic_bw, algo)
+    # NVLS / NVLS-tree: NVSwitch reduction, Simple only
+    if t.nvls_efficiency > 0:
+        ch = np.minimum(L, _NVLS_MAX_ARITY)
+        per_ch = _step_down(bi / ch, _SPEEDS_INTRA)
+        intra = per_ch * t.nvls_efficiency * (ch - 1) / ch * np.where(ar, 2.0, fi)
+        bus1 = ch * intra
+        algbw = bus1 * p / np.maximum(nsteps, 1)
+        ok = (ar | rsag) & ~multi & (L > 1)
+        cands.append(("nvls", "simple", np.where(ok, t.nvls_us + size / algbw, inf), zero))
+        nic_ch = _step_down(np.minimum(L, t.channels) * bo / ch, _SPEEDS_INTER)
+        inter = nic_ch * np.where(N <= 2, 2.0, 1.0)
+        cap = np.where(N <= 2, t.nvls_tree_channel[0], t.nvls_tree_channel[1])
+        bus = ch * np.minimum(np.minimum(intra, inter), cap)
+        algbw = bus * p / np.maximum(nsteps, 1)
+        lat = t.nvls_us + 2 * _log2i(N) * t.nvls_tree_inter_us
+        ok = ar & multi & (L > 1)
+        cands.append(("nvls_tree", "simple", np.where(ok, lat + size / algbw, inf), zero))
+    if t.collnet:
+        algbw = 0.5 * b_ring
+        lat = 2 * (L - 1) * t.collnet_intra_us + t.collnet_inter_us
+        ok = ar & multi
+        cands.append(("collnet", "simple", np.where(ok, lat + size / algbw, inf), zero))
+
+    # auto: NCCL's algorithms; hierarchical only when named (no NCCL-style tuner runs it)
+    allowed = [c for c in cands
+               if (t.algorithm == c[0] or c[0] == "direct"
+                   or (t.algorithm == "auto" and c[0] != "hierarchical"))
+               and t.protocol in ("auto", c[1])]
+    times = np.stack([c[2] + c[3] for c in allowed])
+    best = np.argmin(times, axis=0)
+    # a forced algorithm that does not apply to an event falls back to the cheapest one that does
+    none = ~np.isfinite(times[best, np.arange(k)])
+    if none.any():
+        every = np.stack([c[2] + c[3] for c in cands])
+        alt = np.argmin(every, axis=0)
+        pick = [allowed[i] for i in best]
+        chosen = [cands[alt[j]] if none[j] else pick[j] for j in range(k)]
+    else:
+        chosen = [allowed[i] for i in best]
+    ai = np.array([ALGORITHMS.index(c[0]) for c in chosen], dtype=np.int64)
+    pi = np.array([PROTOCOLS.index(c[1]) for c in chosen], dtype=np.int64)
+    lut = {(c[0], c[1]): j for j, c in enumerate(cands)}
+    row = np.array([lut[(c[0], c[1])] for c in chosen], dtype=np.int64)
+    coll = np.stack([c[2] for c in cands])[row, np.arange(k)] if k else zero
+    post = np.stack([c[3] for c in cands])[row, np.arange(k)] if k else zero
+    coll = np.where(np.isfinite(coll), coll, 0.0)
+    nic_b = np.where(direct, np.where(is_["p2p"], np.where(multi | t.via_nic, size, 0.0),
+                                      (p - L) / p * size
+                                      + ((L - 1) / p * size if t.via_nic else 0.0)), nic_b)
+    nic_m = np.where(direct, msgs, nic_m)
+    nic_bw = np.where(multi, bo, bi)
+    return CollectiveCost(coll, post, nic_b, nic_m.astype(np.float64), nic_bw, ai, pi)
+
+
+def busbw_factor(op: str, p: int) -> float:
+    """nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x factor."""
+    if op == "all_reduce":
+        return 2.0 * (p - 1) / p
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (p - 1) / p
+    return 1.0
+
+
+@dataclass
+class TableRow:
+    """One row of an nccl-tests style table (`nccl_tests_rows`)."""
+
+    bytes: int
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    algorithm: str
+    protocol: str
+
+
+def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int]) -> list[TableRow]:
+    """Predicted nccl-tests rows for ``op`` over ``ranks`` contiguous ranks (node-major, the
+    spec's ``network.ranks_per_node`` per node): size as nccl-tests prints it (the whole buffer
+    for all_gather / reduce_scatter), algbw = size / time, busbw = algbw x `busbw_factor`."""
+    if op not in NCCL_TESTS_OPS:
+        raise ValueError(f"op {op!r}: one of {', '.join(NCCL_TESTS_OPS)}")
+    k = len(sizes)
+    b = np.asarray(sizes, dtype=np.float64)
+    c = collective_costs(spec, np.full(k, OPS.index(op)), b, b, np.full(k, ranks))
+    t = c.collective_us + c.post_us
+    algbw = np.divide(b, t * 1e3, out=np.zeros(k), where=t > 0)
+    f = busbw_factor(op, ranks)
+    return [TableRow(int(s), float(ti), float(a), float(a * f), ALGORITHMS[ai], PROTOCOLS[pi])
+            for s, ti, a, ai, pi in zip(sizes, t, algbw, c.algorithm, c.protocol)]

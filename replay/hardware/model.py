@@ -53,9 +53,18 @@ from replay.hardware.compute import (
 )
 from replay.hardware.retries import retry_costs, rto_us
 from replay.hardware.source import ADVICE, tagged_source
-from replay.hardware.spec import PATH_KEYS, REQUIRED_KEYS, HardwareSpec, load_spec
+from replay.hardware.spec import (
+    COLLNET_KEYS,
+    NVLS_KEYS,
+    PATH_KEYS,
+    REQUIRED_KEYS,
+    HardwareSpec,
+    load_spec,
+)
 
 MODES = ("auto", "roofline", "scaled")
+#: the pools of one rank a collective can hold, by `HardwareModel.pool_kind`
+POOL_CLASSES = {"links": ("in-node links", "NICs"), "engines": ("message engines",)}
 WORK_KINDS = (*ROOFLINE_KINDS, "memcpy", "memset")
 COMM_KINDS = ("collective", "p2p")
 
@@ -120,6 +129,11 @@ class HardwareModel:
                        // max(1, int(self.spec.value("comm.engines_per_collective"))))
         return max(1, int(self.spec.value("comm.concurrent_collectives")))
 
+    def pool_kind(self) -> str:
+        """``engines`` (offloaded: one pool of message engines per rank, both link classes) or
+        ``links`` (in-node links and NICs are separate pools per rank)."""
+        return "engines" if self.spec.value("comm.path") == "offloaded" else "links"
+
     def link_sharing(self) -> str:
         return str(self.spec.get("comm.link_sharing", "fifo"))
 
@@ -131,7 +145,8 @@ class HardwareModel:
 
     def used_keys(self) -> list[str]:
         keys = [*REQUIRED_KEYS, *PATH_KEYS[str(self.spec.value("comm.path"))]]
-        keys += [k for k in ("loss.rto_us", "loss.ib_timeout", "comm.link_sharing")
+        keys += [k for k in ("loss.rto_us", "loss.ib_timeout", "comm.link_sharing",
+                             *NVLS_KEYS, *COLLNET_KEYS)
                  if self.spec.get(k) is not None]
         return keys
 
@@ -289,10 +304,12 @@ class HardwareModel:
         idx = np.flatnonzero(comm)
         rank = _np(events, "rank", np.int64)
         cap = self.pool_capacity()
+        classes = len(POOL_CLASSES[self.pool_kind()])
+        nrank = int(rank.max()) + 1 if n else 0
         costs.resource = np.full(n, -1, dtype=np.int32)
-        costs.resource_capacity = np.full(int(rank.max()) + 1 if n else 0, cap, dtype=np.int32)
-        notes["collective_pool"] = {"per": "rank", "capacity": cap,
-                                    "link_sharing": self.link_sharing(),
+        costs.resource_capacity = np.full(nrank * classes, cap, dtype=np.int32)
+        notes["collective_pool"] = {"per": "rank", "pools": list(POOL_CLASSES[self.pool_kind()]),
+                                    "capacity": cap, "link_sharing": self.link_sharing(),
                                     "slots": self.slots(),
                                     "units": "message-engine slots"
                                     if self.spec.value("comm.path") == "offloaded"
@@ -305,8 +322,8 @@ class HardwareModel:
         bout = np.nan_to_num(_np(events, "coll_bytes_out")[idx])
         group = _np(events, "group_size", np.int64)[idx]
         nranks = int((np.bincount(rank[rank >= 0]) > 0).sum()) if (rank >= 0).any() else 1
-        p_rec, L, N = coll_mod.placement(events.column("pg_ranks").take(take), rank[idx],
-                                         int(self.spec.value("network.ranks_per_node")))
+        rpn = int(self.spec.value("network.ranks_per_node"))  # type: ignore[call-overload]
+        p_rec, L, N = coll_mod.placement(events.column("pg_ranks").take(take), rank[idx], rpn)
         group = np.where(group > 0, group, np.where(p_rec > 0, p_rec, max(nranks, 2)))
         notes["group_placement"] = {"from_pg_ranks": int((L > 0).sum()),
                                     "assumed_contiguous": int((L == 0).sum())}
@@ -324,9 +341,16 @@ class HardwareModel:
         u = rng.random((2, len(idx)))
         retry = retry_costs(self.spec, self.loss_rate, c.nic_bytes, c.nic_messages, c.nic_bw, u)
         costs.retry_us[sel] = retry[known]
-        costs.resource[sel] = rank[sel].astype(np.int32)
-        notes["collective_algorithms"] = {
-            a: int(((c.algorithm == code) & known).sum())
-            for code, a in enumerate(("ring/direct", "tree", "hierarchical"))}
+        # the pool a collective holds: its rank's message engines (offloaded), else the link
+        # class it crosses (in-node links, or the NICs once the group spans nodes)
+        p_ev = np.maximum(group.astype(np.float64), 1.0)
+        spans = np.where((L > 0) & (N > 0), N, np.ceil(p_ev / np.minimum(p_ev, rpn))) > 1
+        cls = np.zeros(len(idx), dtype=np.int64) if classes == 1 else spans.astype(np.int64)
+        costs.resource[sel] = (rank[sel] * classes + cls[known]).astype(np.int32)
+        chosen = [f"{a}/{p}" for a, p in zip(np.array(coll_mod.ALGORITHMS)[c.algorithm[known]],
+                                             np.array(coll_mod.PROTOCOLS)[c.protocol[known]])]
+        names, counts = np.unique(np.array(chosen, dtype=object), return_counts=True) \
+            if chosen else (np.array([]), np.array([]))
+        notes["collective_algorithms"] = {str(a): int(k) for a, k in zip(names, counts)}
         notes["loss_recovery"] = str(self.spec.value("loss.recovery"))
         notes["rto_us"] = rto_us(self.spec)

@@ -50,17 +50,29 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "network.ranks_per_node",
     "network.intra_node_GBps",
     "network.inter_node_GBps",
-    "network.latency_us",
-    "network.inter_latency_us",
     "network.intra_node_via_nic",
+    *(f"network.{c}_{a}_{p}_us" for c in ("intra", "inter") for a in ("ring", "tree")
+      for p in ("ll", "ll128", "simple")),
     "comm.path",
-    "comm.base_latency_us",
-    "comm.doorbell_us",
-    "comm.proxy_overhead_us",
+    *(f"comm.{a}_base_{p}_us" for a in ("ring", "tree") for p in ("ll", "ll128", "simple")),
+    "comm.post_us",
+    "comm.channels",
+    "comm.ll_max_1node_GBps",
+    "comm.ll_max_2node_GBps",
+    "comm.ll_max_GBps",
+    "comm.ll128_channel_GBps",
+    "comm.tree_channel_1node_GBps",
+    "comm.tree_channel_2node_GBps",
+    "comm.tree_channel_GBps",
+    "comm.tree_ll128_channel_1node_GBps",
+    "comm.tree_ll128_channel_2node_GBps",
+    "comm.tree_ll128_channel_GBps",
+    "comm.collnet",
+    "comm.ring_plateau",
     "comm.intra_efficiency",
     "comm.inter_efficiency",
-    "comm.reduction_GBps",
     "comm.algorithm",
+    "comm.protocol",
     "loss.recovery",
     "loss.mtu_bytes",
     "loss.rtt_us",
@@ -71,13 +83,21 @@ PATH_KEYS: dict[str, tuple[str, ...]] = {
     "offloaded": ("comm.message_engines", "comm.engines_per_collective", "comm.engine_reduction_GBps",
                   "comm.overlap_slowdown"),
     "on_compute": ("comm.sm_count", "comm.comm_ctas", "comm.mem_contention",
-                   "comm.gemm_waves_max", "comm.concurrent_collectives"),
+                   "comm.gemm_waves_max", "comm.concurrent_collectives", "comm.reduction_GBps"),
 }
+
+#: Optional groups: NVSwitch reduction (NVLS) when ``comm.nvls_efficiency`` is given, and the
+#: CollNet latencies a spec needs before ``comm.collnet = true`` can be set.
+NVLS_KEYS: tuple[str, ...] = ("comm.nvls_efficiency", "network.nvls_us", "network.nvls_inter_us",
+                              "network.nvls_tree_inter_us", "comm.nvls_tree_channel_2node_GBps",
+                              "comm.nvls_tree_channel_GBps")
+COLLNET_KEYS: tuple[str, ...] = ("network.collnet_intra_us", "network.collnet_inter_us")
 
 #: Allowed string values, checked at load and on --set.
 CHOICES: dict[str, tuple[str, ...]] = {
     "comm.path": ("offloaded", "on_compute"),
-    "comm.algorithm": ("auto", "ring", "tree", "hierarchical"),
+    "comm.algorithm": ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical"),
+    "comm.protocol": ("auto", "ll", "ll128", "simple"),
     "loss.recovery": ("go_back_n", "selective_repeat"),
     "comm.link_sharing": ("fifo", "split"),
 }
@@ -207,6 +227,10 @@ def _check_keys(spec: HardwareSpec) -> None:
     missing = [k for k in needed if k not in spec.entries]
     if "loss.rto_us" not in spec.entries and "loss.ib_timeout" not in spec.entries:
         missing.append("loss.rto_us (or loss.ib_timeout)")
+    if any(k in spec.entries for k in NVLS_KEYS):
+        missing += [k for k in NVLS_KEYS if k not in spec.entries]
+    if spec.entries.get("comm.collnet") and spec.entries["comm.collnet"].value:
+        missing += [k for k in COLLNET_KEYS if k not in spec.entries]
     if missing:
         raise HardwareSpecError(f"{spec.origin}: missing keys {', '.join(missing)}; copy them "
                                 f"from a bundled spec (mtia-trace hw show h100 / mtia300)")
@@ -229,7 +253,13 @@ def _check_values(spec: HardwareSpec) -> None:
         if v is not None and not (0 < float(v) <= 1):  # type: ignore[arg-type]
             raise HardwareSpecError(f"{spec.origin}: {key} = {v} must be in (0, 1]")
     for key in ("hbm.bandwidth_GBps", "network.intra_node_GBps", "network.inter_node_GBps",
-                "compute.peak_tflops_bf16", "network.ranks_per_node", "loss.mtu_bytes"):
+                "compute.peak_tflops_bf16", "network.ranks_per_node", "loss.mtu_bytes",
+                "comm.channels", "comm.message_engines", "comm.engines_per_collective",
+                "comm.engine_reduction_GBps", "comm.reduction_GBps", "comm.ll_max_1node_GBps",
+                "comm.ll_max_2node_GBps", "comm.ll_max_GBps", "comm.ll128_channel_GBps",
+                "comm.tree_channel_1node_GBps", "comm.tree_channel_2node_GBps",
+                "comm.tree_channel_GBps", "comm.tree_ll128_channel_1node_GBps",
+                "comm.tree_ll128_channel_2node_GBps", "comm.tree_ll128_channel_GBps"):
         if key in spec.entries and float(spec.entries[key].value) <= 0:  # type: ignore[arg-type]
             raise HardwareSpecError(f"{spec.origin}: {key} must be > 0")
 
