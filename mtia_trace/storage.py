@@ -17,11 +17,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mtia_trace import __version__, schema
+from mtia_trace import __version__, run_meta, schema
 from mtia_trace.destinations import (
     RUN_MARKER,
     check_parent,
@@ -34,6 +34,7 @@ from mtia_trace.errors import (
     SchemaVersionError,
     UsageError,
 )
+from mtia_trace.run_meta import RunMeta
 
 #: The tables of a run, in file order, with their canonical schemas.
 TABLES: dict[str, pa.Schema] = {
@@ -56,7 +57,7 @@ class Run:
 
     path: Path
     name: str
-    meta: dict
+    meta: RunMeta
 
     def table_path(self, table: str) -> Path:
         """``<table>.parquet``, or the ``<table>/`` directory of a partitioned table."""
@@ -189,12 +190,12 @@ def _rows(path: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
 
 
-def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
+def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: RunMeta | dict, *,
               force: bool = False, tmp: Path | None = None) -> Run:
     """Write ``tables`` (name -> table, all of `TABLES`) and ``meta`` as a run at ``dest``.
 
-    ``meta`` goes into ``run.json`` with the tool and schema versions, row counts and write time
-    added. Raises `RunExistsError` when ``dest`` exists and ``force`` is false. With ``tmp`` (from
+    ``meta`` (a `RunMeta`, or a dict of its fields) goes into ``run.json`` with the tool and
+    schema versions, row counts and write time filled in. Raises `RunExistsError` when ``dest`` exists and ``force`` is false. With ``tmp`` (from
     `begin_run`), tables already written there as partition directories may be left out of
     ``tables``; the run is finished and moved into place (or ``tmp`` removed on failure).
     """
@@ -211,19 +212,14 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
         for name in TABLES:
             if name not in done:
                 write_table(name, tables[name], tmp / f"{name}.parquet")
-        full = {
-            "tool": "mtia-trace",
-            "tool_version": __version__,
-            "schema_version": schema.SCHEMA_VERSION,
-            "created_unix": round(time.time(), 3),
-            "rows": {name: _rows(tmp / name) if name in done else tables[name].num_rows
-                     for name in TABLES},
-            **meta,
-        }
-        full.setdefault("timings_s", {})["write"] = round(time.perf_counter() - t0, 4)
-        (tmp / META_FILE).write_bytes(
-            orjson.dumps(_jsonable(full), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
-                         default=str))
+        given = meta if isinstance(meta, RunMeta) else run_meta.from_dict(meta)
+        full = msgspec.structs.replace(
+            given, tool_version=__version__, schema_version=schema.SCHEMA_VERSION,
+            created_unix=round(time.time(), 3),
+            rows={name: _rows(tmp / name) if name in done else tables[name].num_rows
+                  for name in TABLES},
+            timings_s={**given.timings_s, "write": round(time.perf_counter() - t0, 4)})
+        (tmp / META_FILE).write_bytes(run_meta.encode(full))
         run = Run(dest.resolve(), dest.name, full)
         (tmp / VIEWS_FILE).write_text(_views_file(run))
         check_destination(dest, force)
@@ -235,22 +231,13 @@ def write_run(tables: dict[str, pa.Table], dest: str | Path, meta: dict, *,
     return run
 
 
-def _jsonable(value: object) -> object:
-    """Metadata as JSON: keys become strings, tuples lists (numpy and paths via orjson default)."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
-#: Columns of the ``runs`` view: (name, SQL type, getter over run.json).
+#: Columns of the ``runs`` view: (name, SQL type); `_run_row` reads them from `RunMeta`.
 _RUN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run", "VARCHAR"), ("path", "VARCHAR"), ("hardware", "VARCHAR"), ("mode", "VARCHAR"),
     ("seed", "BIGINT"), ("loss_rate", "DOUBLE"), ("traces", "VARCHAR"), ("events", "BIGINT"),
@@ -271,14 +258,12 @@ def sql_literal(value: object) -> str:
 
 def _run_row(run: Run, path: str) -> dict[str, object]:
     m = run.meta
-    opts = m.get("options") or {}
-    traces = ", ".join(str(t.get("path", "")) for t in m.get("traces") or [])
     return {
-        "run": run.name, "path": path, "hardware": m.get("hardware"),
-        "mode": opts.get("mode"), "seed": m.get("seed"), "loss_rate": opts.get("loss_rate"),
-        "traces": traces, "events": (m.get("rows") or {}).get("events"),
-        "tool_version": m.get("tool_version"), "schema_version": m.get("schema_version"),
-        "created_unix": m.get("created_unix"),
+        "run": run.name, "path": path, "hardware": m.hardware, "mode": m.options.mode,
+        "seed": m.seed, "loss_rate": m.options.loss_rate,
+        "traces": ", ".join(t.path for t in m.traces), "events": m.rows.get("events"),
+        "tool_version": m.tool_version, "schema_version": m.schema_version,
+        "created_unix": m.created_unix,
     }
 
 
@@ -328,11 +313,11 @@ def open_run(path: str | Path) -> Run:
         raise RunNotFoundError(
             f"{path}: {what}; pass a directory written by `mtia-trace replay` or a folder of runs")
     try:
-        meta = orjson.loads(meta_path.read_bytes())
-    except orjson.JSONDecodeError as exc:
+        meta = run_meta.decode(meta_path.read_bytes())
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RunNotFoundError(f"{meta_path}: unreadable run metadata ({exc}); rewrite the run "
                                "with `mtia-trace replay --force`") from None
-    version = str(meta.get("schema_version", "0"))
+    version = meta.schema_version
     if _major(version) > _major(schema.SCHEMA_VERSION):
         raise SchemaVersionError(
             f"{path}: written with schema {version}, newer than this mtia-trace "

@@ -180,7 +180,8 @@ def _assemble(rows: list[dict[str, object]], *, late_rank: int, late_us: float,
 RUN_META = {
     "tool_version": "0.1.0",
     "traces": [{"path": "/abs/path/that/must/not/leak/rank0.json", "sha256": "0" * 64}],
-    "hardware": {
+    "hardware": "sample-hw",
+    "spec": {
         "name": "sample-hw",
         "compute": {"bf16_peak_tflops": {"value": 989.4, "unit": "TFLOPS",
                                          "source": "vendor datasheet", "confidence": "published"}},
@@ -189,7 +190,7 @@ RUN_META = {
         "network": {"links": 8, "link_gbps": 400},
     },
     "options": {"mode": "scaled", "seed": 0},
-    "assumptions": ["collectives use ring all-reduce", "no packet loss"],
+    "assumptions": {"model": {"collectives": "ring all-reduce", "loss_rate": 0.0}},
 }
 
 

@@ -85,8 +85,9 @@ def _same_run(one, two) -> None:  # noqa: ANN001
 def test_same_run_as_single_process(runs) -> None:  # noqa: ANN001
     one, two = runs
     _same_run(one, two)
-    assert two.meta["distributed"]["coupling_iterations"][0] >= 2
-    assert two.meta["rows"] == one.meta["rows"]
+    assert two.meta.distributed is not None and one.meta.distributed is None
+    assert two.meta.distributed["coupling_iterations"][0] >= 2
+    assert two.meta.rows == one.meta.rows
 
 
 def test_events_partitioned_by_rank(runs) -> None:  # noqa: ANN001

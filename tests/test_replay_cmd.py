@@ -52,11 +52,11 @@ def test_replay_writes_a_run_and_prints_the_attribution(tmp_path: Path, cli) -> 
     assert [line.split()[0] for line in lines[header + 2:header + 5]] == ["0", "1", "mean"]
     run = open_run(tmp_path / "run")
     meta = run.meta
-    assert meta["hardware"] == "as-measured" and meta["seed"] == 0
-    assert meta["options"]["mode"] == "auto" and meta["options"]["loss_rate"] == 0.0
-    assert {t["rank"]: t["sha256"] for t in meta["traces"]} == {
+    assert meta.hardware == "as-measured" and meta.seed == 0
+    assert meta.options.mode == "auto" and meta.options.loss_rate == 0.0
+    assert {t.rank: t.sha256 for t in meta.traces} == {
         r: hashlib.sha256((trace / f"rank{r}.json").read_bytes()).hexdigest() for r in (0, 1)}
-    assert set(meta["timings_s"]) >= {"ingest", "replay", "write"}
+    assert set(meta.timings_s) >= {"ingest", "replay", "write"}
     steps = run.read("steps")
     assert steps.num_rows == 4 and sorted(set(steps.column("step").to_pylist())) == [0, 1]
 
@@ -71,7 +71,7 @@ def test_several_targets_write_one_run_each_queryable_together(tmp_path: Path, c
     runs = find_runs([tmp_path / "runs"])
     assert [r.name for r in runs] == ["mini-as-measured", "mini-mtia300"]
     mtia = open_run(tmp_path / "runs" / "mini-mtia300").meta
-    assert mtia["spec"]["name"] == "mtia300" and "values" in mtia["spec"]
+    assert mtia.spec["name"] == "mtia300" and "values" in mtia.spec
     got = query(connect(runs), "SELECT run, count(*) AS n FROM steps GROUP BY run ORDER BY run")
     assert got.to_pylist() == [{"run": "mini-as-measured", "n": 4}, {"run": "mini-mtia300", "n": 4}]
 

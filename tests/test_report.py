@@ -155,22 +155,23 @@ def test_report_refuses_a_parquet_that_is_not_a_sweep(run_dir: Path,
 
 def test_costing_line_names_the_effective_mode_and_its_coverage() -> None:
     from analyzers.report.build import costing_line
+    from mtia_trace.run_meta import from_dict
 
     meta = {"options": {"mode": "auto"},
             "assumptions": {"model": {"mode": "roofline", "priced_work_time_fraction": 0.089,
                                       "mode_reason": "no source hardware (none given); events "
                                                      "with flops/bytes cover 9% of device-work "
                                                      "time"}}}
-    line = costing_line(meta)
+    line = costing_line(from_dict(meta))
     assert line is not None and line.startswith("Costing: **roofline**")
     assert "`--mode auto` chose it: no source hardware (none given)" in line
     assert "cover **8.9%** of device-work time; the other 91.1% keep their measured" in line
     # older runs: the coverage comes from the reason text
     del meta["assumptions"]["model"]["priced_work_time_fraction"]
-    assert "cover **9.0%**" in (costing_line(meta) or "")
-    assert costing_line({}) is None
-    assert "as measured" in (costing_line({"assumptions": {"model": {"costing": "as-measured"}}})
-                             or "")
+    assert "cover **9.0%**" in (costing_line(from_dict(meta)) or "")
+    assert costing_line(from_dict({})) is None
+    assert "as measured" in (costing_line(from_dict(
+        {"assumptions": {"model": {"costing": "as-measured"}}})) or "")
 
 
 def test_identical_targets_are_called_host_bound() -> None:

@@ -46,7 +46,7 @@ def test_run_json_records_versions_rows_and_meta(tmp_path: Path, tables) -> None
     assert meta["rows"] == {t: tables[t].num_rows for t in TABLES}
     assert meta["hardware"] == "as-measured" and meta["traces"][0]["sha256"] == "0" * 64
     assert meta["timings_s"]["write"] >= 0
-    assert open_run(tmp_path / "r").meta == meta
+    assert open_run(tmp_path / "r").meta.to_dict() == meta
 
 
 def test_extra_columns_are_kept_after_the_canonical_ones(tmp_path: Path, tables) -> None:
@@ -71,7 +71,7 @@ def test_refuses_to_overwrite_without_force(tmp_path: Path, tables) -> None:
     write_run(tables, tmp_path / "r", {"seed": 1})
     with pytest.raises(RunExistsError, match=r"r: a run already exists there; pass --force"):
         write_run(tables, tmp_path / "r", {"seed": 2})
-    assert open_run(tmp_path / "r").meta["seed"] == 1
+    assert open_run(tmp_path / "r").meta.seed == 1
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
@@ -81,7 +81,7 @@ def test_force_replaces_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setattr(storage, "_exchange", lambda a, b: False)
     write_run(tables, tmp_path / "r", {"seed": 1})
     write_run(tables, tmp_path / "r", {"seed": 2}, force=True)
-    assert open_run(tmp_path / "r").meta["seed"] == 2
+    assert open_run(tmp_path / "r").meta.seed == 2
     assert listing(tmp_path) == ["r"]  # no temporary or old directories left behind
 
 
@@ -101,7 +101,7 @@ def test_interrupted_write_leaves_nothing_and_keeps_the_old_run(
         with pytest.raises(exc):
             write_run(tables, tmp_path / dest, {"seed": 2}, force=True)
     assert listing(tmp_path) == ["r"]
-    assert open_run(tmp_path / "r").meta["seed"] == 1
+    assert open_run(tmp_path / "r").meta.seed == 1
 
 
 def test_force_refuses_to_replace_a_directory_that_is_not_a_run(tmp_path: Path, tables) -> None:

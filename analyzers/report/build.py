@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import PurePath
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,33 +33,22 @@ from analyzers.report.headline import (
     host_split,
 )
 from analyzers.report.run_data import RunData
+from mtia_trace.run_meta import RunMeta
 from mtia_trace.schema import ATTRIBUTION
 
 MAX_RANK_ROWS = 16
 MAX_STEP_ROWS = 20
 MAX_ANALYSIS_ROWS = 10
 MAX_SPEC_ROWS = 80
-#: run.json keys that name the hardware spec, first match wins.
-SPEC_KEYS = ("hardware_spec", "spec", "hardware")
 
 
 def _np(t: pa.Table, c: str) -> np.ndarray:
     return t.column(c).to_numpy(zero_copy_only=False)
 
 
-def trace_names(meta: dict) -> list[str]:
-    """Trace file names only: run.json may hold absolute paths, reports must not."""
-    out = []
-    for t in meta.get("traces") or []:
-        p = t.get("path") if isinstance(t, dict) else t
-        if p:
-            out.append(PurePath(str(p)).name)
-    return out
-
-
-def spec_rows(meta: dict) -> list[list[str]]:
+def spec_rows(meta: RunMeta) -> list[list[str]]:
     """(parameter, value, unit, source, confidence) rows from the hardware spec in run.json."""
-    spec = next((meta[k] for k in SPEC_KEYS if isinstance(meta.get(k), dict)), None)
+    spec = meta.spec or None
     rows: list[list[str]] = []
 
     def walk(prefix: str, node: object) -> None:
@@ -100,13 +89,9 @@ def flatten(node: object, prefix: str = "") -> list[list[str]]:
     return [[prefix, fmt.cell(node)]]
 
 
-def assumptions(meta: dict) -> list[list[str]]:
-    """The run's assumptions as (key, value) rows (run.json holds a list of sentences or a
-    nested object)."""
-    a = meta.get("assumptions") or []
-    if isinstance(a, dict):
-        return flatten(a)
-    return [["", str(x)] for x in a]
+def assumptions(meta: RunMeta) -> list[list[str]]:
+    """The run's assumptions as (key, value) rows."""
+    return flatten(msgspec.to_builtins(meta.assumptions))
 
 
 def attribution_table(a: Attribution) -> Table:
@@ -148,7 +133,7 @@ def collectives_table(run: RunData) -> Table | None:
 
 
 def _overview(run: RunData, a: Attribution) -> str:
-    traces = trace_names(run.meta)
+    traces = run.meta.trace_names
     parts = [f"Hardware **{run.hardware}**"]
     parts.append(f"{a.ranks} {'rank' if a.ranks == 1 else 'ranks'} × {a.steps} "
                  f"{'step' if a.steps == 1 else 'steps'}")
@@ -171,12 +156,10 @@ def _step_sentence(a: Attribution) -> str:
 _COVERAGE_TAIL = re.compile(r";? ?events with flops/bytes cover (\d+)% of device-work time")
 
 
-def costing(meta: dict) -> dict:
+def costing(meta: RunMeta) -> dict:
     """The effective costing mode, why it was chosen and its coverage, from run.json."""
-    notes = meta.get("assumptions")
-    model = notes.get("model") if isinstance(notes, dict) else None
-    model = model if isinstance(model, dict) else {}
-    requested = (meta.get("options") or {}).get("mode")
+    model = meta.assumptions.model or {}
+    requested = meta.options.mode
     mode = model.get("mode") or ("as-measured" if model.get("costing") == "as-measured" else None)
     reason = str(model.get("mode_reason") or "")
     frac = model.get("priced_work_time_fraction")
@@ -187,7 +170,7 @@ def costing(meta: dict) -> dict:
             "priced_work_time_fraction": frac, "source_hw": model.get("source_hw")}
 
 
-def costing_line(meta: dict) -> str | None:
+def costing_line(meta: RunMeta) -> str | None:
     """``Costing: **roofline** ...`` for the report header, or None when run.json has no notes."""
     c = costing(meta)
     mode = c["mode"]
@@ -314,7 +297,7 @@ def _hardware_blocks(run: RunData) -> list[Block]:
                          rows[:MAX_SPEC_ROWS], ["l", "r", "l", "l", "l"], note))
     else:
         out.append(Paragraph(f"Hardware **{run.hardware}**; run.json records no spec details."))
-    opts = run.meta.get("options") or {}
+    opts = msgspec.to_builtins(run.meta.options)
     if opts:
         out += [Heading(3, "Options"), Table(["option", "value"], flatten(opts), ["l", "l"])]
     a = assumptions(run.meta)
@@ -335,8 +318,8 @@ def report_dict(run: RunData) -> dict:
     return {
         "run": run.name,
         "hardware": run.hardware,
-        "tool_version": run.meta.get("tool_version"),
-        "traces": trace_names(run.meta),
+        "tool_version": run.meta.tool_version,
+        "traces": run.meta.trace_names,
         "ranks": a.ranks,
         "steps": a.steps,
         "step_time_us": {"mean": a.step_us, "min": a.step_min_us, "max": a.step_max_us,
@@ -355,6 +338,6 @@ def report_dict(run: RunData) -> dict:
                      for r in per_rank.to_pylist()],
         "analyses": {name: t.to_pylist() for name, t in sorted(run.analyses.items())},
         "components": {c: WORDS[c] for c in ATTRIBUTION},
-        "assumptions": run.meta.get("assumptions") or [],
-        "options": run.meta.get("options") or {},
+        "assumptions": msgspec.to_builtins(run.meta.assumptions),
+        "options": msgspec.to_builtins(run.meta.options),
     }

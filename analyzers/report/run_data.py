@@ -9,13 +9,14 @@ import pyarrow as pa
 
 from analyzers import ANALYZERS
 from mtia_trace import storage
+from mtia_trace.run_meta import AS_MEASURED, RunMeta
 from mtia_trace.runs import connect
 
 
 @dataclass
 class RunData:
     name: str
-    meta: dict
+    meta: RunMeta
     events: pa.Table
     edges: pa.Table
     steps: pa.Table
@@ -27,10 +28,7 @@ class RunData:
 
     @property
     def hardware(self) -> str:
-        hw = self.meta.get("hardware")
-        if isinstance(hw, dict):
-            return str(hw.get("name", "?"))
-        return str(hw) if hw else "as-measured"
+        return self.meta.hardware
 
 
 def _analyzer_tables(run: storage.Run) -> dict[str, pa.Table]:
@@ -46,13 +44,13 @@ def load_run(path: str | Path, *, analyses: bool = True) -> RunData:
     """Read a run directory (raises `RunNotFoundError` for anything that isn't one)."""
     run = storage.open_run(path)
     tables = {name: run.read(name) for name in storage.TABLES}
-    return RunData(name=run.name, meta=dict(run.meta), path=run.path,
+    return RunData(name=run.name, meta=run.meta, path=run.path,
                    analyses=_analyzer_tables(run) if analyses else {}, **tables)
 
 
-def run_from_result(result: object, *, name: str, meta: dict | None = None) -> RunData:
+def run_from_result(result: object, *, name: str, meta: RunMeta | None = None) -> RunData:
     """A `RunData` from an in-memory `replay.result.ReplayResult` (no analyzers)."""
-    meta = dict(meta or {})
-    meta.setdefault("hardware", getattr(result, "hardware", "as-measured"))
+    if meta is None:
+        meta = RunMeta(hardware=str(getattr(result, "hardware", AS_MEASURED)))
     return RunData(name=name, meta=meta,
                    **{t: getattr(result, t) for t in storage.TABLES})
