@@ -2,11 +2,14 @@
 
 Prints: seconds to cost 1M events on each bundled target (and the ratio to a reference pass that
 only reads the same columns into numpy), and seconds for a 64-point sweep of a 100k-event trace
-(ratio to one as-measured replay of the same trace). Run: python benchmarks/bench_costs.py
+(ratio to one as-measured replay of the same trace).
+
+    python benchmarks/bench_costs.py [--events 1000000] [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -59,14 +62,21 @@ def best(fn, repeat: int = 3) -> float:
 
 
 def main() -> None:
-    ev = synthetic_events(1_000_000)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000, help="events costed per target")
+    ap.add_argument("--quick", action="store_true", help="10k events, no sweep (a smoke run)")
+    a = ap.parse_args()
+    n = 10_000 if a.quick else a.events
+    ev = synthetic_events(n)
     cols = ("kind", "dur_us", "flops", "bytes_read", "bytes_written", "coll_bytes_in", "group_size")
     ref = best(lambda: [ev.column(c).to_numpy(zero_copy_only=False) for c in cols])
-    print(f"reference: read {len(cols)} columns of 1M events to numpy: {ref:.3f} s")
+    print(f"reference: read {len(cols)} columns of {n:,} events to numpy: {ref:.3f} s")
     for hw in list_specs():
         m = model_for(hw, loss_rate=1e-5, seed=0)
         t = best(lambda: m.cost(ev))
-        print(f"cost 1M events on {hw:<8}: {t:.3f} s  ({t / ref:.1f}x reference)")
+        print(f"cost {n:,} events on {hw:<8}: {t:.3f} s  ({t / ref:.1f}x reference)")
+    if a.quick:
+        return
 
     from replay.run import replay_events
     from replay.sweep import parse_vary, sweep

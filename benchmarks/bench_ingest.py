@@ -1,59 +1,106 @@
-"""Ingest throughput against the floor of a bare JSON parse, measured in the same run.
+"""Ingest against references measured in the same run, on the same files, in the same unit.
 
-    python benchmarks/bench_ingest.py [TRACE ...] [--events N]
+    python benchmarks/bench_ingest.py [TRACE ...] [--repeat 3] [--events N] [--quick]
 
-Each measurement runs in a fresh subprocess so peak RSS (VmHWM, which exec resets) is its own;
-the floor and the ingest alternate `--repeat` times and the fastest of each is kept, so load
-from other processes hits both alike. Prints events/s, MB/s of JSON, peak RSS, and the ratios
-to plain `orjson.loads` of the same (decompressed) bytes. Default inputs: the two biggest real
-traces under ../shared/traces/real (when present) and a generated trace of ~1M events.
-HTA reads such traces at about 30-45k events/s.
+Per trace, each measurement runs in a fresh subprocess (peak RSS is VmHWM, which exec resets),
+the modes alternate ``--repeat`` times and the fastest of each is kept, so load from other
+processes hits all of them alike. Every mode runs with the cyclic GC off, as the ingest does:
+
+* ``decode``: read + gunzip + the typed msgspec decode of the whole file (`ingest.decode`):
+  the floor the ingest's own work sits on.
+* ``orjson``: read + gunzip + a generic ``orjson.loads`` (for scale: a plain JSON parse).
+* ``ingest``: `mtia_trace.ingest.load` (decode + columns + the events table).
+* ``hta``: Holistic Trace Analysis' ``Trace.parse_traces`` on one process, when ``hta`` is
+  importable (``pip install -e .[bench]``); otherwise the report says it was not measured.
+
+Rates are JSON events per second (every event in the file, metadata included) for every mode.
+Wall time is noisy on a shared machine, so CPU time (``process_time``) is printed next to it and
+the ratios use CPU time. Peak memory is the growth of VmHWM over the RSS after imports, against
+the final table's ``nbytes``. Default inputs: the MTIA, V100 and A100 traces under
+../shared/traces/real/hta (when present) and a generated 1-rank trace of ``--events`` events.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "real"
-HTA_EVENTS_PER_S = 45_000
+REAL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "hta"
+#: (label, path under REAL, the ingest's CPU-time target as a multiple of the decode floor)
+DEFAULT_REAL = (
+    ("MTIA", "mtia_trace_single_rank/mtia_rank_0.json.gz", 1.5),
+    ("V100", "df_index_resolver/df_index_resolver.json.gz", 2.0),
+    ("A100", "negative_queue_length_values_check/rank0.json.gz", 2.0),
+    ("A100", "trace_diff/control/control.json.gz", 2.0),
+    ("A100", "nccl_parser_config/nccl_data.json.gz", 2.0),
+)
+MODES = ("decode", "orjson", "ingest", "hta")
 
 _CHILD = r"""
-import gzip, json, sys, time
+import gc, json, sys, time
 from pathlib import Path
 mode, path = sys.argv[1], Path(sys.argv[2])
-t0, c0 = time.perf_counter(), time.process_time()
-if mode == "orjson":
+
+def mem(field):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field)) / 1024
+
+if mode == "hta":
+    import logging, os, tempfile
+    from hta.common.trace import Trace
+    from hta.configs.parser_config import ParserConfig
+    logging.disable(logging.CRITICAL)
+elif mode == "orjson":
     import orjson
-    raw = path.read_bytes()
-    raw = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    t0, c0 = time.perf_counter(), time.process_time()
-    doc = orjson.loads(raw)
-    n = len(doc["traceEvents"])
+    from mtia_trace.ingest.decode import read_bytes
+elif mode == "decode":
+    from mtia_trace.ingest.decode import decode, read_bytes
 else:
-    from mtia_trace.ingest import load   # imports (numpy, pandas, pyarrow) are reported apart
-    imp = time.perf_counter() - t0
-    t0, c0 = time.perf_counter(), time.process_time()
-    n = load(path).events.num_rows
+    from mtia_trace.ingest import load
+base = mem("VmRSS")
+gc.disable()
+t0, c0 = time.perf_counter(), time.process_time()
+table_mb = 0.0
+if mode == "orjson":
+    n = len(orjson.loads(read_bytes(path))["traceEvents"])
+elif mode == "decode":
+    n = len(decode(path, read_bytes(path)).traceEvents)
+elif mode == "hta":
+    t = Trace(trace_files={0: str(path.resolve())}, trace_dir=str(path.resolve().parent),
+              parser_config=ParserConfig.get_default_cfg())
+    t.parse_traces(use_multiprocessing=False, use_memory_profiling=False)
+    n = len(t.traces[0])
+else:
+    tr = load(path)
+    n = tr.events.num_rows
+    table_mb = tr.events.nbytes / 2**20
 dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
-print(json.dumps({"s": dt, "cpu": cpu, "rss_mb": hwm / 1024, "n": n,
-                  "import_s": imp if mode != "orjson" else 0.0}))
+print(json.dumps({"s": dt, "cpu": cpu, "peak_mb": mem("VmHWM") - base, "n": n,
+                  "table_mb": table_mb}))
 """
 
 
-def _measure(mode: str, path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def hta_available() -> bool:
+    return subprocess.run([sys.executable, "-c", "import hta.common.trace"],
+                          capture_output=True).returncode == 0
+
+
+def _measure(mode: str, path: Path) -> dict | None:
+    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  {mode}: failed ({tail})")
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def generate(path: Path, n_events: int) -> None:
-    """A 1-rank GPU-style trace: ops with shapes, launches, kernels, flows, a step every 10k."""
+    """A 1-rank GPU-style trace: ops with shapes, launches, kernels, flows, a step every 2k ops."""
     ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}]
     t = 0.0
     i = 0
@@ -79,42 +126,79 @@ def generate(path: Path, n_events: int) -> None:
     path.write_text(json.dumps({"traceEvents": ev}))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench(label: str, path: Path, repeat: int, target: float | None, modes: tuple[str, ...]) -> dict:
+    raw = path.read_bytes()
+    mb = len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for _ in range(repeat):
+        for mode, got in runs.items():
+            r = _measure(mode, path)
+            if r is not None:
+                got.append(r)
+    best = {m: {"s": min(r["s"] for r in rs), "cpu": min(r["cpu"] for r in rs),
+                "peak_mb": max(r["peak_mb"] for r in rs), "n": rs[0]["n"],
+                "table_mb": rs[0]["table_mb"]} for m, rs in runs.items() if rs}
+    n_json = best["decode"]["n"]
+    ing = best["ingest"]
+    print(f"{label} {path.name}: {n_json:,} JSON events, {ing['n']:,} rows, {mb:.1f} MB JSON")
+    print(f"  {'mode':<7} {'wall s':>7} {'CPU s':>7} {'events/s (CPU)':>15} {'peak MB':>8}  vs ingest (CPU)")
+    for m in modes:
+        if m not in best:
+            note = "not installed (pip install -e .[bench])" if m == "hta" else "failed"
+            print(f"  {m:<7} {'-':>7} {'-':>7} {'-':>15} {'-':>8}  {note}")
+            continue
+        b = best[m]
+        print(f"  {m:<7} {b['s']:>7.2f} {b['cpu']:>7.2f} {n_json / b['cpu']:>15,.0f} "
+              f"{b['peak_mb']:>8.0f}  {b['cpu'] / ing['cpu']:.2f}x")
+    ratio = ing["cpu"] / best["decode"]["cpu"]
+    mem = ing["peak_mb"] / max(ing["table_mb"], 1e-9)
+    goal = f" (target <= {target:g}x)" if target else ""
+    print(f"  ingest / GC-off decode: {ratio:.2f}x CPU{goal}; "
+          f"wall {ing['s'] / best['decode']['s']:.2f}x")
+    print(f"  ingest peak memory: {ing['peak_mb']:.0f} MB = {mem:.2f}x the final table "
+          f"({ing['table_mb']:.1f} MB; target <= 2x)")
+    if "hta" in best:
+        print(f"  HTA / ingest: {best['hta']['cpu'] / ing['cpu']:.1f}x CPU, "
+              f"{best['hta']['s'] / ing['s']:.1f}x wall")
+    return {"label": label, "file": path.name, "events": n_json, "ratio": ratio, "mem": mem,
+            **{f"{m}_cpu": b["cpu"] for m, b in best.items()}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[2:]))
     ap.add_argument("traces", nargs="*", type=Path)
-    ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=2)
-    args = ap.parse_args()
-    traces = list(args.traces)
+    ap.add_argument("--events", type=int, default=1_000_000, help="size of the generated trace")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="one small generated trace, one repeat, no HTA (a smoke run)")
+    args = ap.parse_args(argv)
+    modes = MODES if hta_available() and not args.quick else MODES[:3]
+    if "hta" not in modes and not args.quick:
+        print("HTA is not installed: its column is not measured (pip install -e .[bench])")
+    repeat = 1 if args.quick else args.repeat
+    items: list[tuple[str, Path, float | None]] = [("", p, None) for p in args.traces]
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        if not traces:
-            if REAL.is_dir():
-                traces += sorted(REAL.rglob("*.json.gz"), key=lambda p: -p.stat().st_size)[:2]
+        if not items:
+            if REAL.is_dir() and not args.quick:
+                items += [(lbl, REAL / rel, tgt) for lbl, rel, tgt in DEFAULT_REAL
+                          if (REAL / rel).is_file()]
             gen = Path(tmp) / "generated.json"
-            generate(gen, args.events)
-            traces.append(gen)
-        for path in traces:
-            import gzip
-            raw = path.read_bytes()
-            mb = len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
-            runs: dict[str, list[dict]] = {"orjson": [], "ingest": []}
-            for _ in range(args.repeat):
-                for mode, got in runs.items():
-                    got.append(_measure(mode, path))
-            floor, ing = ({"s": min(r["s"] for r in rs), "cpu": min(r["cpu"] for r in rs),
-                           "rss_mb": max(r["rss_mb"] for r in rs), "n": rs[0]["n"]}
-                          for rs in runs.values())
-            ing["import_s"] = min(r["import_s"] for r in runs["ingest"])
-            print(f"{path.name}: {floor['n']:,} JSON events, {ing['n']:,} rows, {mb:.1f} MB JSON")
-            for label, m in (("orjson.loads ", floor), ("ingest (load)", ing)):
-                print(f"  {label}: {m['s']:.2f} s wall ({m['cpu']:.2f} s CPU), "
-                      f"{floor['n'] / m['s']:,.0f} events/s, {mb / m['s']:.0f} MB/s, "
-                      f"peak RSS {m['rss_mb']:.0f} MB")
-            print(f"  (importing the ingest package takes {ing['import_s']:.2f} s more, once per process)")
-            print(f"  ratios: time {ing['s'] / floor['s']:.2f}x the bare parse "
-                  f"(CPU {ing['cpu'] / floor['cpu']:.2f}x; target <= 2), "
-                  f"RSS {ing['rss_mb'] / floor['rss_mb']:.2f}x (target <= 1), "
-                  f"{floor['n'] / ing['s'] / HTA_EVENTS_PER_S:.1f}x HTA's 45k events/s (target >= 10)")
+            generate(gen, 20_000 if args.quick else args.events)
+            items.append(("generated", gen, None))
+        for label, path, target in items:
+            rows.append(bench(label, path, repeat, target, modes))
+    print("\nsummary (CPU seconds; ratios to the GC-off typed decode of the same file)")
+    print(f"  {'trace':<42} {'events':>9} {'decode':>7} {'ingest':>7} {'ratio':>6} {'HTA':>7} "
+          f"{'HTA/ing':>8} {'mem/table':>9}")
+    for r in rows:
+        hta = f"{r['hta_cpu']:>7.2f} {r['hta_cpu'] / r['ingest_cpu']:>7.1f}x" if "hta_cpu" in r \
+            else f"{'-':>7} {'-':>8}"
+        print(f"  {(r['label'] + ' ' + r['file']).strip():<42} {r['events']:>9,} "
+              f"{r['decode_cpu']:>7.2f} {r['ingest_cpu']:>7.2f} {r['ratio']:>5.2f}x {hta} "
+              f"{r['mem']:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""How the pipeline's time and memory grow with the trace: a fit of `a·N + b·N·R + c·N·S`.
+
+    python benchmarks/bench_scaling.py [--ranks 32 128 512] [--steps 1 2 4] [--big 2048x4] [--quick]
+
+Generates DLRM-DCNv2 traces (row-wise sharded, so every rank is in every all-to-all) on a grid of
+rank counts R and step counts S, and runs `mtia-trace replay` (`replay_trace`: ingest, replay on
+``--hw``, write the run) on each in a fresh subprocess. Per run: N (rows of the events table), wall
+and CPU seconds of each phase, peak RSS (VmHWM) and the events table's size. Then fits CPU time and
+peak RSS to ``a·N + b·N·R + c·N·S`` (least squares over the grid) and prints the coefficients and
+the share of the largest run's time that the N·R and N·S terms make: for a pipeline linear in N
+both are ~0. CPU time is what is fitted: on a shared machine wall time carries other processes'
+load. ``--big RxS`` runs one large trace at the end against the 60 s / 4 GB targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from mtia_trace.replay_job import ReplayOptions, replay_trace
+trace, dest, hw = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+marks = [("start", time.perf_counter(), time.process_time())]
+def say(msg):
+    marks.append((msg.split(" ")[0], time.perf_counter(), time.process_time()))
+rows = {}
+import mtia_trace.ingest as ing
+_load = ing.load
+def load(*a, **k):
+    tr = _load(*a, **k)
+    rows["n"] = tr.events.num_rows
+    rows["table_mb"] = tr.events.nbytes / 2**20
+    return tr
+ing.load = load
+replay_trace(trace, {hw: dest}, ReplayOptions(hws=[hw], force=True), progress=say)
+say("done")
+phases = {}
+for (name, w0, c0), (_, w1, c1) in zip(marks, marks[1:]):
+    p = phases.setdefault(name, [0.0, 0.0])
+    p[0] += w1 - w0
+    p[1] += c1 - c0
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+print(json.dumps({"phases": phases, "wall": marks[-1][1] - marks[0][1],
+                  "cpu": marks[-1][2] - marks[0][2], "peak_mb": hwm, **rows}))
+"""
+
+#: progress messages of replay_trace / replay_events -> phase shown
+PHASES = {"ingesting": "ingest", "reading": "ingest", "start": "ingest", "building": "graph",
+          "costing": "cost", "scheduling": "schedule", "attributing": "attribute",
+          "writing": "write"}
+
+
+def synth(tmp: Path, ranks: int, steps: int) -> tuple[Path, int]:
+    """(trace directory, JSON events written) of a generated DLRM-DCNv2 trace."""
+    from mtia_trace.synth import PRESETS, SynthOptions, synthesize
+
+    m = PRESETS["dlrm-dcnv2"]
+    res = synthesize(SynthOptions(preset="dlrm-dcnv2", ranks=ranks, steps=steps, sharding="rw",
+                                  batch=ranks * max(1, m.batch // m.ranks), compress_level=1),
+                     tmp / f"dcnv2-{ranks}x{steps}", force=True)
+    return res.out_dir, res.events
+
+
+def run(trace: Path, dest: Path, hw: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(trace), str(dest), hw],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"replay of {trace} failed:\n{p.stderr[-2000:]}")
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    grouped: dict[str, list[float]] = {}
+    phase = "ingest"
+    for name, (w, c) in out["phases"].items():
+        phase = PHASES.get(name, phase)  # other messages belong to the phase before them
+        g = grouped.setdefault(phase, [0.0, 0.0])
+        g[0] += w
+        g[1] += c
+    out["phases"] = grouped
+    return out
+
+
+def fit(n: np.ndarray, r: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least-squares (a, b, c, d) of y = a·N + b·N·R + c·N·S + d, d the fixed cost (imports,
+    the interpreter); relative errors, so small and large runs weigh alike."""
+    x = np.stack([n, n * r, n * s, np.ones_like(n)], axis=1) / y[:, None]
+    coef, *_ = np.linalg.lstsq(x, np.ones_like(y), rcond=None)
+    return coef
+
+
+def report_fit(what: str, unit: str, scale: float, n, r, s, y) -> None:
+    a, b, c, d = fit(n, r, s, y)
+    big = int(np.argmax(n))
+    var = a * n[big] + b * n[big] * r[big] + c * n[big] * s[big]
+    print(f"{what} = {a * scale:.3g} {unit}·N + {b * scale:.3g} {unit}·N·R + "
+          f"{c * scale:.3g} {unit}·N·S + {d * scale:.3g} {unit}")
+    print(f"  at R={r[big]:.0f}, S={s[big]:.0f} (N={n[big]:,.0f}): of the part that grows with N, "
+          f"the N·R term is {b * n[big] * r[big] / var:.0%} and the N·S term "
+          f"{c * n[big] * s[big] / var:.0%} (both ~0% for a pipeline linear in N)")
+    pred = a * n + b * n * r + c * n * s + d
+    print(f"  fit error: worst {np.max(np.abs(pred - y) / y):.0%} of the measured value")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[2:]))
+    ap.add_argument("--ranks", type=int, nargs="+", default=[32, 128, 512])
+    ap.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--hw", default="mtia300", help="target of the replay (or as-measured)")
+    ap.add_argument("--big", default="2048x4", help="RANKSxSTEPS of the large run ('0': none)")
+    ap.add_argument("--quick", action="store_true", help="a 2x2 grid of tiny traces, no big run")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.ranks, a.steps, a.big = [4, 8], [1, 2], "0"
+    grid = [(r, s) for r in a.ranks for s in a.steps]
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        res = []
+        print(f"{'R':>5} {'S':>3} {'N rows':>10} {'wall s':>7} {'CPU s':>7} {'peak MB':>8} "
+              f"{'table MB':>8}  CPU s per phase")
+        for r, s in grid:
+            out = run(synth(tmp, r, s)[0], tmp / f"run-{r}x{s}", a.hw)
+            res.append((r, s, out))
+            ph = " ".join(f"{k} {v[1]:.2f}" for k, v in out["phases"].items())
+            print(f"{r:>5} {s:>3} {out['n']:>10,} {out['wall']:>7.2f} {out['cpu']:>7.2f} "
+                  f"{out['peak_mb']:>8.0f} {out['table_mb']:>8.0f}  {ph}")
+        if len(grid) >= 3:
+            n = np.array([o["n"] for _, _, o in res], dtype=float)
+            rr = np.array([r for r, _, _ in res], dtype=float)
+            ss = np.array([s for _, s, _ in res], dtype=float)
+            report_fit("CPU time", "ns", 1e9, n, rr, ss, np.array([o["cpu"] for *_, o in res]))
+            report_fit("peak RSS", "B", 2**20, n, rr, ss,
+                       np.array([o["peak_mb"] for *_, o in res]))
+            for ph in res[-1][2]["phases"]:
+                y = np.array([o["phases"].get(ph, [0, 0])[1] for *_, o in res])
+                if (y > 0.05).all():
+                    report_fit(f"  {ph} CPU", "ns", 1e9, n, rr, ss, y)
+        if a.big not in ("0", ""):
+            r, s = (int(x) for x in a.big.lower().split("x"))
+            trace, n_json = synth(tmp, r, s)
+            out = run(trace, tmp / "run-big", a.hw)
+            ph = ", ".join(f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in out["phases"].items())
+            print(f"big: {r} ranks x {s} steps, {n_json:,} JSON events, {out['n']:,} rows: {out['wall']:.1f} s wall "
+                  f"({out['cpu']:.1f} s CPU; target < 60 s), peak RSS {out['peak_mb'] / 1024:.2f} GB"
+                  f" (target < 4 GB), table {out['table_mb']:.0f} MB")
+            print(f"  wall/CPU s per phase: {ph}")
+
+
+if __name__ == "__main__":
+    main()

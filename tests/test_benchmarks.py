@@ -1,0 +1,38 @@
+"""Benchmarks are not run in CI; each one's --help must not start it, and --quick must run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = sorted((ROOT / "benchmarks").glob("bench_*.py"))
+QUICK = ("bench_costs.py", "bench_ingest.py", "bench_replay.py", "bench_scaling.py")
+
+
+def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("path", BENCH, ids=lambda p: p.name)
+def test_help_does_not_start_the_benchmark(path: Path) -> None:
+    t = time.perf_counter()
+    p = _run(str(path), "--help", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage:"), p.stdout[:200]
+    assert time.perf_counter() - t < 30
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", QUICK)
+def test_quick_mode_runs(name: str) -> None:
+    p = _run(str(ROOT / "benchmarks" / name), "--quick", timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip(), "a quick run prints its measurements"
