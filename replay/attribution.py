@@ -72,22 +72,38 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
         seen.add(key)
         out.append((key[0], n, float(start[i]), float(end[i]), 2 * i + 1, float(dur[i])))
     # without a step annotation the window spans the step's work: the profiler's own spans
-    # and annotations (``PyTorch Profiler (0)``, ``[param|...]``) do not stretch it
+    # and annotations (``PyTorch Profiler (0)``, ``[param|...]``) do not stretch it. One
+    # group-by over (rank, step) instead of a mask per rank and step.
     passive = passive_events(events)
-    for r in np.unique(rank).tolist():
-        mine = rank == r
-        if (mine & ~passive).any():
-            mine &= ~passive
-        steps_r = np.unique(step[mine])
-        has_steps = (steps_r >= 0).any()
-        for st in steps_r.tolist():
-            if (r, st) in seen or (has_steps and st < 0):
+    n = len(rank)
+    rows = np.arange(n)
+    # a rank whose events are all passive keeps them all
+    has_work = np.bincount(rank, weights=~passive, minlength=int(rank.max()) + 1 if n else 0) > 0
+    keep = ~passive | ~has_work[rank] if n else np.zeros(0, dtype=bool)
+    rows = rows[keep]
+    # per (rank, step): rows in (rank, step, latest end first, row) order; the first row of
+    # each group is its last-ending event (the lowest row among ties)
+    o = np.lexsort((-end[rows], step[rows], rank[rows]))
+    rows = rows[o]
+    r_s, st_s = rank[rows], step[rows]
+    first = np.flatnonzero(np.r_[True, (r_s[1:] != r_s[:-1]) | (st_s[1:] != st_s[:-1])]) \
+        if len(rows) else np.empty(0, dtype=np.int64)
+    if len(first):
+        g_rank, g_step, last = r_s[first], st_s[first], rows[first]
+        g_start = np.minimum.reduceat(start[rows], first)
+        g_ts = np.minimum.reduceat(ts[rows], first)
+        g_te = np.maximum.reduceat(ts_end[rows], first)
+        # a rank with numbered steps drops its unnumbered (-1) events
+        stepped = np.zeros(len(has_work), dtype=bool)
+        stepped[g_rank[g_step >= 0]] = True
+        ok = ~(stepped[g_rank] & (g_step < 0))
+        for i in np.flatnonzero(ok).tolist():  # (rank, step) pairs
+            key = (int(g_rank[i]), int(g_step[i]))
+            if key in seen:
                 continue
-            sel = np.flatnonzero(mine & (step == st))
-            last = sel[np.argmax(end[sel])]
-            meas = float(ts_end[sel].max() - ts[sel].min())
-            out.append((int(r), int(st), float(start[sel].min()), float(end[last]),
-                        2 * int(last) + 1, meas))
+            li = int(last[i])
+            out.append((key[0], key[1], float(g_start[i]), float(end[li]), 2 * li + 1,
+                        float(g_te[i] - g_ts[i])))
     out.sort()
     return out
 
@@ -159,27 +175,39 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
     lr = rank[g.dst_pt[launched] // 2]
     launch_lag = np.bincount(lr, weights=g.lag[launched], minlength=nr) if len(lr) else np.zeros(nr)
     srank = steps.column("rank").to_numpy()
-    rows: dict[str, list[object]] = {f.name: [] for f in schema.SUMMARY_SCHEMA}
-    for r in np.unique(rank).tolist():  # ranks: few
-        mine = (rank == r) & leaf
-        sel = srank == r
-        for a in schema.ATTRIBUTION:
-            if a in comps:
-                busy = float(comps[a][mine].sum())
-                if a == "host":
-                    busy += float(host_gap[r] + launch_lag[r])
-            elif a == "peer_wait":
-                busy = float(s.coll_wait[rank == r].sum())
-            elif a == "queue":
-                busy = float(s.queue[rank == r].sum())
-            else:
-                busy = 0.0
-            rows["rank"].append(r)
-            rows["component"].append(a)
-            rows["busy_us"].append(busy)
-            rows["critical_us"].append(float(steps.column(f"{a}_us").to_numpy()[sel].sum()))
-            rows["steps"].append(int(sel.sum()))
-    return pa.Table.from_pydict(rows, schema=schema.SUMMARY_SCHEMA)
+    ranks = np.unique(rank)
+
+    def per_rank(values: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+        if where is None:
+            return np.bincount(rank, weights=values, minlength=nr)[ranks]
+        return np.bincount(rank[where], weights=values[where], minlength=nr)[ranks]
+
+    n_steps = np.bincount(srank, minlength=nr)[ranks] if len(srank) else np.zeros(len(ranks), int)
+    busy: dict[str, np.ndarray] = {}
+    critical: dict[str, np.ndarray] = {}
+    for a in schema.ATTRIBUTION:
+        if a in comps:
+            busy[a] = per_rank(np.asarray(comps[a], dtype=np.float64), leaf)
+            if a == "host":
+                busy[a] = busy[a] + (host_gap + launch_lag)[ranks]
+        elif a == "peer_wait":
+            busy[a] = per_rank(s.coll_wait)
+        elif a == "queue":
+            busy[a] = per_rank(s.queue)
+        else:
+            busy[a] = np.zeros(len(ranks))
+        ex = steps.column(f"{a}_us").to_numpy()
+        critical[a] = (np.bincount(srank, weights=ex, minlength=nr)[ranks] if len(srank)
+                       else np.zeros(len(ranks)))
+    na = len(schema.ATTRIBUTION)
+    rows: dict[str, object] = {
+        "rank": np.repeat(ranks, na),
+        "component": np.tile(np.array(schema.ATTRIBUTION, dtype=object), len(ranks)),
+        "busy_us": np.stack([busy[a] for a in schema.ATTRIBUTION], axis=1).ravel(),
+        "critical_us": np.stack([critical[a] for a in schema.ATTRIBUTION], axis=1).ravel(),
+        "steps": np.repeat(n_steps, na),
+    }
+    return pa.Table.from_pydict(rows, schema=schema.SUMMARY_SCHEMA)  # type: ignore[arg-type]
 
 
 __all__ = [

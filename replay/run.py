@@ -26,6 +26,7 @@ from replay.attribution import attribute_steps, check_attribution, passive_event
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts, device_waits
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import Graph, _is_in, build_graph
+from replay.groups import runs
 from replay.intervals import covered, union
 from replay.result import ReplayResult
 from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
@@ -62,13 +63,18 @@ def overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
     comm = is_dev & _is_in(events, "kind", ["collective", "p2p"])
     frac = np.zeros(len(rank))
-    for r in np.unique(rank[comm]).tolist():  # ranks
-        on_rank = rank == r
-        seg_s, seg_e = union(start[comm & on_rank], end[comm & on_rank])
-        sel = on_rank & is_dev & ~comm
+    dev = np.flatnonzero(is_dev)
+    rows, bounds, _ = runs(rank[dev])  # device rows of each rank as one slice: O(N) over ranks
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        mine = dev[rows[lo:hi]]
+        c = comm[mine]
+        if not c.any():
+            continue
+        seg_s, seg_e = union(start[mine[c]], end[mine[c]])
+        sel = mine[~c]
         span = end[sel] - start[sel]
         ov = covered(seg_s, seg_e, start[sel], end[sel])
-        frac[np.flatnonzero(sel)] = np.where(span > 0, ov / np.where(span > 0, span, 1), 0.0)
+        frac[sel] = np.where(span > 0, ov / np.where(span > 0, span, 1), 0.0)
     return frac
 
 

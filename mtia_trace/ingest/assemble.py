@@ -90,9 +90,11 @@ def _steps(cols: dict[str, Any], warnings: list[str]) -> np.ndarray:
     name, rank, ts, dur = cols["name"], cols["rank"], cols["ts_us"], cols["dur_us"]
     step = np.full(len(ts), -1, dtype=np.int32)
     is_step = _name_mask(cols, lambda s: s.startswith("ProfilerStep#")) & ~cols["is_device"]
-    for r in np.unique(rank).tolist():
-        rows = np.flatnonzero(rank == r)
-        srows = rows[is_step[rows]]
+    # rows are sorted by rank (`_sort`): each rank is one slice
+    cut = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+    for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist()):
+        rows = np.arange(lo, hi)
+        srows = rows[is_step[lo:hi]]
         if not len(srows):
             step[rows] = 0
             continue
