@@ -188,8 +188,12 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
-def from_columns(columns: dict[str, object], schema: pa.Schema = EVENTS_SCHEMA) -> pa.Table:
-    """Build a table in ``schema`` from arrays; missing columns get their 'absent' value."""
+def from_columns(columns: dict[str, object], schema: pa.Schema = EVENTS_SCHEMA,
+                 consume: bool = False) -> pa.Table:
+    """Build a table in ``schema`` from arrays; missing columns get their 'absent' value.
+
+    ``consume``: take each array out of ``columns`` as it is converted, so the source arrays are
+    freed one by one instead of living alongside the whole table."""
     n = None
     for v in columns.values():
         n = len(v)  # type: ignore[arg-type]
@@ -200,7 +204,9 @@ def from_columns(columns: dict[str, object], schema: pa.Schema = EVENTS_SCHEMA) 
     arrays = []
     for field in schema:
         if field.name in columns:
-            arrays.append(pa.array(columns[field.name], type=field.type))
+            v = columns.pop(field.name) if consume else columns[field.name]
+            arrays.append(pa.array(v, type=field.type))
+            del v
             continue
         spec = specs.get(field.name)
         if spec is not None and spec.null is not None:

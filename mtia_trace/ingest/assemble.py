@@ -38,15 +38,23 @@ def _isin(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
 
 
 def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
+    """All files' columns end to end; each file's own columns and args are released once
+    copied, so the per-file and the joined copies are not alive together."""
+    n = sum(r.info.n_events for r in raws)
     cols: dict[str, Any] = {}
-    for key in raws[0].cols:
-        if key in ("pid", "tid"):
-            continue
+    for key in list(raws[0].cols):
         cols[key] = np.concatenate([r.cols[key] for r in raws])
+        for r in raws:
+            del r.cols[key]
     cols["rank"] = np.concatenate([np.full(r.info.n_events, r.info.rank, dtype=np.int32) for r in raws])
-    cols["src_file"] = np.concatenate([np.full(r.info.n_events, r.info.path, dtype=object) for r in raws])
-    args = np.empty(sum(r.info.n_events for r in raws), dtype=object)
-    args[:] = [a for r in raws for a in r.args]
+    # file index per row; the path strings are made once per file at the end
+    cols["_file"] = np.repeat(np.arange(len(raws), dtype=np.int32), [r.info.n_events for r in raws])
+    args = np.empty(n, dtype=object)
+    pos = 0
+    for r in raws:
+        args[pos:pos + r.info.n_events] = r.args
+        pos += r.info.n_events
+        r.args = []
     return cols, args
 
 
@@ -55,9 +63,10 @@ def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[dict[str, Any], np.nd
     rank_of_name = np.argsort(np.argsort(np.asarray(uniq, dtype=str), kind="stable"))
     tcode = rank_of_name[codes]
     order = np.lexsort((-cols["dur_us"], cols["ts_us"], tcode, cols["rank"]))
-    out = {k: v[order] for k, v in cols.items()}
-    out["_tcode"] = tcode[order]
-    return out, args[order]
+    for k in list(cols):  # one column at a time: the unsorted copy is freed as we go
+        cols[k] = cols[k][order]
+    cols["_tcode"] = tcode[order]
+    return cols, args[order]
 
 
 def _name_codes(cols: dict[str, Any]) -> tuple[np.ndarray, Any]:
@@ -406,7 +415,13 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     dist = {r.info.rank: r.info.distributed_info for r in raws}
     warnings += collectives.fill(cols, args, dist, _thread_tracks(raws, "pt_gloo_runloop"))
     _warn_links(cols, warnings)
-    table = schema.from_columns({f.name: cols[f.name] for f in schema.EVENTS_SCHEMA})
+    del args
+    paths = pa.array([r.info.path for r in raws], type=pa.string())
+    cols["src_file"] = paths.take(pa.array(cols.pop("_file")))
+    keep = {f.name for f in schema.EVENTS_SCHEMA}
+    for k in [k for k in cols if k not in keep]:
+        del cols[k]
+    table = schema.from_columns(cols, consume=True)
     return table, warnings
 
 

@@ -90,6 +90,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     # 1. per-event metadata
     defaults = {r: _default_pg(d) for r, d in dist_by_rank.items()}
     lists = RawLists()
+    sizes: dict[tuple[Any, ...], tuple[float, float, str | None]] = {}
     for i in idx.tolist():
         a: Args | None = args[i]
         nm = name[i]
@@ -109,8 +110,15 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
             size = dtype_size(a.dtype)
             b_in[i] = a.in_nelems * size
             b_out[i] = (a.out_nelems if a.out_nelems is not None else a.in_nelems) * size
-        else:
-            b_in[i], b_out[i], _ = _dims_bytes(op, a, int(gsize[i]), lists)
+        elif a is None or a.input_dims is None:
+            b_in[i] = b_out[i] = 0.0
+        else:  # shapes repeat across steps and ranks: computed once per distinct value
+            key = (op, bytes(a.input_dims), None if a.input_type is None else bytes(a.input_type),
+                   int(gsize[i]))
+            got = sizes.get(key)
+            if got is None:
+                got = sizes[key] = _dims_bytes(op, a, int(gsize[i]), lists)
+            b_in[i], b_out[i], _ = got
 
     # 2. the enclosing collective root of each host collective row
     root = np.full(n, -1, dtype=np.int64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -76,14 +77,17 @@ def _as_int(v: Any) -> int | None:
 
 _PH = attrgetter("ph")
 _META = attrgetter("name", "pid", "tid", "args")
+_ROW_PHASES = frozenset({"X", "i", "I"})
 
 
-def _pick(events: list[Event], ph_code: np.ndarray, ph_uniq: list[str], *phs: str) -> list[Event]:
-    """The events whose phase is one of `phs`, in file order."""
-    codes = [ph_uniq.index(p) for p in phs if p in ph_uniq]
-    if not codes:
-        return []
-    return [events[i] for i in np.flatnonzero(np.isin(ph_code, codes)).tolist()]
+def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """(code per value, distinct values in first-seen order); None is a value like any other.
+
+    Dict lookups at C speed and no per-call overhead, so it stays cheap on the small per-rank
+    files a many-rank trace is made of."""
+    uniq = list(dict.fromkeys(values))
+    index = {v: i for i, v in enumerate(uniq)}
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values)), uniq
 
 
 def _thread_names(meta: list[Event]) -> dict[tuple[Any, Any], list[str]]:
@@ -121,23 +125,39 @@ def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], l
     return (d if d is not None else -1, s if s is not None else -1)
 
 
+_RAW_FIELDS = ("input_dims", "input_type", "concrete")
+
+
+def _detach_raw(args: list[Args]) -> None:
+    """Copy the raw shape args out of the decoded file: a `msgspec.Raw` is a view that keeps the
+    whole file's JSON text alive, and the args live until the table is built."""
+    for f in _RAW_FIELDS:
+        get = attrgetter(f)
+        for a in args:
+            v = get(a)
+            if v is not None:
+                setattr(a, f, bytes(v))
+
+
 def read_file(path: Path) -> RawFile:
     """Parse one file; raise TraceFormatError with a one-line message on bad input."""
     raw = read_bytes(path)
-    sha = hashlib.sha256(raw).hexdigest()
+    with open(path, "rb") as fh:  # the file as stored: cheap for .gz, and what sha256sum prints
+        sha = hashlib.file_digest(fh, "sha256").hexdigest()
     size = len(raw)
     doc: Document = decode(path, raw)
     del raw
 
     events = doc.traceEvents
-    ph_code, ph_uniq = pd.factorize(np.fromiter(map(_PH, events), dtype=object, count=len(events)))
-    ph_uniq = list(ph_uniq)
-    phases = dict(zip(ph_uniq, np.bincount(ph_code, minlength=len(ph_uniq)).tolist()))
-
-    rows = _pick(events, ph_code, ph_uniq, "X", "i", "I")
-    thread_names = _thread_names(_pick(events, ph_code, ph_uniq, "M"))
-    flow_events = _pick(events, ph_code, ph_uniq, "s", "f")
-    del events, ph_code
+    ph_all = list(map(_PH, events))
+    phases = dict(Counter(ph_all))
+    rows = [e for e, p in zip(events, ph_all) if p in _ROW_PHASES]
+    thread_names = _thread_names([e for e, p in zip(events, ph_all) if p == "M"]
+                                 if "M" in phases else [])
+    flow_events = ([e for e, p in zip(events, ph_all) if p == "s" or p == "f"]
+                   if "s" in phases or "f" in phases else [])
+    del events, ph_all
+    doc.traceEvents = []  # the rows are all that is kept of the decoded events
     n = len(rows)
     if n == 0:
         raise TraceFormatError(
@@ -170,7 +190,7 @@ def read_file(path: Path) -> RawFile:
             f"dur {dur[i]}); the trace is corrupt — re-export it"
         )
 
-    cat_code, cat_uniq = pd.factorize(np.array(cats, dtype=object), use_na_sentinel=False)
+    cat_code, cat_uniq = codes(cats)
     cat_uniq = [c if isinstance(c, str) else None for c in cat_uniq]
     is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
     is_runtime = np.array([c in RUNTIME_CATS for c in cat_uniq], dtype=bool)[cat_code]
@@ -185,6 +205,7 @@ def read_file(path: Path) -> RawFile:
                               for f in ("external_id", "external_id_old", "correlation"))
         external[arg_rows] = np.where(ext >= 0, ext, ext_old)
         correlation[arg_rows] = corr
+        _detach_raw(present)
         del present
 
     # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
@@ -197,9 +218,9 @@ def read_file(path: Path) -> RawFile:
             if fid is not None and (fid := _as_int(fid)) is not None:
                 correlation[i] = fid
 
-    p_code, p_uniq = pd.factorize(np.array(pids, dtype=object))
-    t_code, t_uniq = pd.factorize(np.array(tids, dtype=object))
-    pt_code, pt_uniq = pd.factorize(p_code.astype(np.int64) * len(t_uniq) + t_code)
+    p_code, p_uniq = codes(pids)
+    t_code, t_uniq = codes(tids)
+    pt_code, pt_uniq = pd.factorize(p_code * len(t_uniq) + t_code)
     host_labels = np.array([f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}"
                             for k in pt_uniq.tolist()], dtype=object)
     track = host_labels[pt_code]
@@ -208,10 +229,8 @@ def read_file(path: Path) -> RawFile:
     dev_idx = np.flatnonzero(is_device)
     if len(dev_idx):
         dargs = [args[i] for i in dev_idx.tolist()]
-        d_code, d_uniq = pd.factorize(np.array(
-            [a.device if a is not None else None for a in dargs], dtype=object), use_na_sentinel=False)
-        s_code, s_uniq = pd.factorize(np.array(
-            [a.stream if a is not None else None for a in dargs], dtype=object), use_na_sentinel=False)
+        d_code, d_uniq = codes([a.device if a is not None else None for a in dargs])
+        s_code, s_uniq = codes([a.stream if a is not None else None for a in dargs])
         del dargs
         combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
         k_code, k_uniq = pd.factorize(combo)
