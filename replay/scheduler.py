@@ -293,15 +293,23 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
         return sched
     pools = _Pools(g, dur, resource, capacity)  # type: ignore[arg-type]
     res_x = np.full(npts, -np.inf)
+    current = False  # whether sched's bindings saw the latest res_x
     while True:
         delayed = pools.commit(sched, res_x)
+        current = False
         if delayed:  # constraints that move something: schedule again with them
             T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts, max_passes)
             passes += p
-        sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order,
-                          res_x)
+            # times moved, so ready times did; otherwise commit's inputs (T and the ready
+            # times, which do not depend on res_x) are unchanged and the pass is not redone
+            sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo,
+                              order, res_x)
+            current = True
         if pools.done():
             break
+    if not current:
+        sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order,
+                          res_x)
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
