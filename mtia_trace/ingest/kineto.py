@@ -130,13 +130,46 @@ _RAW_FIELDS = ("input_dims", "input_type", "concrete")
 
 def _detach_raw(args: list[Args]) -> None:
     """Copy the raw shape args out of the decoded file: a `msgspec.Raw` is a view that keeps the
-    whole file's JSON text alive, and the args live until the table is built."""
+    whole file's JSON text alive, and the args live until the table is built. Process-group
+    rank lists (one per collective row, as long as the group) are kept once per distinct value."""
     for f in _RAW_FIELDS:
         get = attrgetter(f)
         for a in args:
             v = get(a)
             if v is not None:
                 setattr(a, f, bytes(v))
+    seen: dict[str, str] = {}
+    for a in args:
+        v = a.pg_ranks
+        if v is not None and isinstance(v, str):
+            a.pg_ranks = seen.setdefault(v, v)
+
+
+#: args read after this file's columns are made (shapes, sizes, syncs, collectives); the rest
+#: (ids, and a device event's device/stream) are columns by then
+_LATE_FIELDS = tuple(f for f in Args.__struct_fields__
+                     if f not in ("external_id", "external_id_old", "correlation", "device",
+                                  "stream", "name"))
+_LATE = attrgetter(*_LATE_FIELDS)
+_N_LATE = len(_LATE_FIELDS)
+#: categories whose rows are read by args later even without any of those (syncs, MTIA queues)
+_KEEP_ARGS_CATS = frozenset({"cuda_sync", "mtia_ccp_events"})
+
+
+def _drop_spent(args: list[Args | None], arg_rows: np.ndarray, present: list[Args],
+                is_device: np.ndarray, cats: list[str | None]) -> None:
+    """Release the args no later step reads (most kernels' and launches'): they are the bulk of
+    the ingest's memory until the table is built."""
+    spent = np.fromiter((t.count(None) == _N_LATE for t in map(_LATE, present)), dtype=bool,
+                        count=len(present))
+    host = ~is_device[arg_rows]
+    if host.any():  # a host event's stream is read later (stream synchronize calls)
+        has_stream = np.fromiter((a.stream is not None for a in present), dtype=bool,
+                                 count=len(present))
+        spent &= ~(host & has_stream)
+    for i in arg_rows[spent].tolist():
+        if cats[i] not in _KEEP_ARGS_CATS:
+            args[i] = None
 
 
 def read_file(path: Path) -> RawFile:
@@ -206,6 +239,7 @@ def read_file(path: Path) -> RawFile:
         external[arg_rows] = np.where(ext >= 0, ext, ext_old)
         correlation[arg_rows] = corr
         _detach_raw(present)
+        _drop_spent(args, arg_rows, present, is_device, cats)
         del present
 
     # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
@@ -259,8 +293,10 @@ def read_file(path: Path) -> RawFile:
     other_ph = {p: c for p, c in phases.items() if p not in ("X", "i", "I", "M", "s", "f")}
     if other_ph:
         warnings.append(f"{path}: events with phases {other_ph} are not rows (only X and i are)")
+    n_code, n_uniq = codes(names)  # one str object per distinct name, not per row
+    del names
     cols = {
-        "name": np.array(names, dtype=object),
+        "name": np.array(n_uniq, dtype=object)[n_code],
         "cat": np.array(cat_uniq, dtype=object)[cat_code],
         "ph": ph,
         "track": track,
