@@ -219,3 +219,10 @@ def test_only_the_cli_imports_the_cli() -> None:
     bad = sorted({(i.module, i.target) for i in IMPORTS if _under(i.target, "mtia_trace.cli")
                   and not _under(i.module, "mtia_trace.cli")})
     assert not bad, bad
+
+
+def test_no_module_shadows_the_standard_library() -> None:
+    import sys
+
+    shadows = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in sys.stdlib_module_names)
+    assert not shadows, f"rename these modules (they shadow the standard library): {shadows}"

@@ -8,7 +8,7 @@ import pytest
 
 from mtia_trace.cli import main
 from mtia_trace.ingest import load
-from mtia_trace.inspect import summarize
+from mtia_trace.trace_summary import summarize
 from tests.conftest import SAMPLES
 
 SAMPLE = SAMPLES / "torch_cpu_dlrm"

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mtia_trace.ingest import load
-from mtia_trace.inspect import Summary, summarize
+from mtia_trace.trace_summary import Summary, summarize
 
 
 def _bytes(b: float) -> str:
