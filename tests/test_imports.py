@@ -9,6 +9,7 @@ does not remove it); imports under ``if TYPE_CHECKING:`` do not (they never run)
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +214,22 @@ def test_layers_point_one_way(lower: str, upper: str) -> None:
     bad = sorted({(i.module, i.target) for i in IMPORTS
                   if _under(i.module, lower) and _under(i.target, upper)})
     assert not bad, f"{lower} must not import {upper}: {bad}"
+
+
+def test_ingest_imports_only_the_schema_keys_and_errors() -> None:
+    allowed = ("mtia_trace.ingest", "mtia_trace.schema", "mtia_trace.keys", "mtia_trace.errors")
+    bad = sorted({(i.module, i.target) for i in IMPORTS if _under(i.module, "mtia_trace.ingest")
+                  and not any(_under(i.target, ok) for ok in allowed)})
+    assert not bad, bad
+
+
+def test_concepts_names_modules_that_exist() -> None:
+    text = (ROOT / "docs" / "concepts.md").read_text(encoding="utf-8")
+    section = text.split("## 0. Where each stage lives", 1)[1].split("\n## 1.", 1)[0]
+    paths = set(re.findall(r"`((?:mtia_trace|replay|analyzers)/[\w/]*(?:\.py)?)`", section))
+    assert paths, "docs/concepts.md lost its stage table"
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not missing, f"docs/concepts.md names modules that do not exist: {missing}"
 
 
 def test_only_the_cli_imports_the_cli() -> None:
