@@ -85,7 +85,8 @@ class RunMeta(msgspec.Struct, kw_only=True):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (field order as declared)."""
-        return msgspec.to_builtins(self)
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
     @property
     def trace_names(self) -> list[str]:

@@ -51,8 +51,8 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.D
     """
     if isinstance(runs, str | Path):
         runs = [runs]
-    resolved = [r if isinstance(r, Run) else None for r in runs]
-    if any(r is None for r in resolved):
+    resolved: list[Run] = [r for r in runs if isinstance(r, Run)]
+    if len(resolved) < len(runs):
         resolved = find_runs([r.path if isinstance(r, Run) else r for r in runs])
     con = duckdb.connect(":memory:", config={
         "autoinstall_known_extensions": False, "autoload_known_extensions": False})
@@ -60,7 +60,7 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.D
         for table in TABLES:
             files = [str(f) for f in run.table_files(table)]
             con.register(_dataset_name(table, i), ds.dataset(files, format="parquet"))
-    con.execute(_engine_views_sql(resolved))  # type: ignore[arg-type]
+    con.execute(_engine_views_sql(resolved))
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

@@ -356,7 +356,8 @@ def _unique_names(runs: Sequence[Run]) -> list[Run]:
     seen: dict[str, int] = {}
     for r in runs:
         seen[r.name] = seen.get(r.name, 0) + 1
-    out, used = [], set()
+    out: list[Run] = []
+    used: set[str] = set()
     for r in runs:
         name = r.name if seen[r.name] == 1 else f"{r.path.parent.name}/{r.name}"
         if name in used:

@@ -53,6 +53,7 @@ def query(
     if views:
         typer.echo(views_sql(runs), nl=False)
         return
+    assert sql is not None  # set above unless --views
     con = connect(runs)
     emit(run_query(con, sql, source=str(sql_file) if sql_file else "SQL"), fmt, out,
          force=force)

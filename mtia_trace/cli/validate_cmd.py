@@ -51,7 +51,8 @@ def validate(
         typer.echo(f"{r:>5} {s:>6} {m:>14.3f} {p:>14.3f} {e:>+8.3%}{flag}")
     worst = float(np.abs(err).max())
     med = float(np.median(np.abs(err)))
-    unlinked = int(result.notes.get("device_events_without_launch", 0))
+    n = result.notes.get("device_events_without_launch", 0)
+    unlinked = int(n) if isinstance(n, int | float) else 0
     typer.echo(f"median |error| {med:.3%}, worst {worst:.3%} (limit {limit:.3%})")
     if unlinked:
         typer.echo(f"note: {unlinked} device events have no launch link in the trace; "
