@@ -140,7 +140,7 @@ def bench(events: pa.Table, label: str) -> float:
     from replay.costs import COMPONENTS, AsMeasured
     from replay.critical_path import path_tables
     from replay.graph import build_graph
-    from replay.run import costing_input
+    from replay.pipeline import costing_input
     from replay.scheduler import schedule
 
     n = events.num_rows

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from mtia_trace.errors import UsageError
+from mtia_trace.ingest import file_facts
 from mtia_trace.storage import TABLES, check_destination, write_run
 
 AS_MEASURED = "as-measured"
@@ -83,22 +84,6 @@ def cost_model(hw: str, opts: ReplayOptions) -> tuple[object, dict, dict]:
     spec = load_spec(hw, opts.overrides)
     model = model_for(spec, mode=opts.mode.value, loss_rate=opts.loss_rate, seed=opts.seed)
     return model, spec.to_dict(), {k: spec.value(k) for k in spec.assumed()}
-
-
-#: Facts per trace file kept in run.json.
-FILE_FIELDS = ("path", "rank", "sha256", "bytes", "n_events")
-
-
-def file_facts(trace: object) -> list[dict]:
-    """Per-file facts of an ingested trace, for run.json."""
-    out = []
-    for f in getattr(trace, "files", None) or []:
-        d = {k: getattr(f, k, None) for k in FILE_FIELDS}
-        d["path"] = str(d["path"])
-        devices = getattr(f, "device_properties", None) or []
-        d["devices"] = sorted({str(p.get("name")) for p in devices if isinstance(p, dict)})
-        out.append(d)
-    return out
 
 
 def _options_meta(hw: str, opts: ReplayOptions) -> dict:

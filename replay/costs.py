@@ -17,6 +17,12 @@ import pyarrow.compute as pc
 
 #: The per-event cost components; they sum to `EventCosts.dur_us`.
 COMPONENTS: tuple[str, ...] = ("compute", "fetch", "collective", "retry", "host")
+#: Kinds whose device events are compute (stretched by the overlap slowdown).
+COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optimizer", "embedding",
+                 "other")
+#: Column of the costing input (`replay.pipeline.costing_input`) that keeps each event's measured
+#: duration (``dur_us`` there is corrected: transfer parts, return latencies).
+MEASURED_DUR = "measured_dur_us"
 
 
 @dataclass

@@ -1,8 +1,13 @@
-"""Interval arithmetic over arrays: merge intervals, measure how much of a span they cover."""
+"""Interval arithmetic over arrays: merge intervals, measure how much of a span they cover, and
+the overlap of each device event with its rank's communication."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from replay.groups import runs
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,3 +38,26 @@ def covered(seg_s: np.ndarray, seg_e: np.ndarray, lo: np.ndarray, hi: np.ndarray
         return np.where(i >= 0, before[j] + inside, 0.0)
 
     return upto(hi) - upto(lo)
+
+
+def overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per event: fraction of its span [start, end) overlapping communication device events
+    (kinds collective, p2p) of its rank; 0 for communication and host events."""
+    rank = events.column("rank").to_numpy()
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    comm = pc.is_in(events.column("kind"), value_set=pa.array(["collective", "p2p"]))
+    comm = is_dev & comm.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    frac = np.zeros(len(rank))
+    dev = np.flatnonzero(is_dev)
+    rows, bounds, _ = runs(rank[dev])  # device rows of each rank as one slice: O(N) over ranks
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        mine = dev[rows[lo:hi]]
+        c = comm[mine]
+        if not c.any():
+            continue
+        seg_s, seg_e = union(start[mine[c]], end[mine[c]])
+        sel = mine[~c]
+        span = end[sel] - start[sel]
+        ov = covered(seg_s, seg_e, start[sel], end[sel])
+        frac[sel] = np.where(span > 0, ov / np.where(span > 0, span, 1), 0.0)
+    return frac

@@ -133,6 +133,46 @@ def test_lost_workers_are_retried_without_corrupting_the_run(runs, trace, client
     assert [p.name for p in dest.parent.iterdir() if p.name.startswith(".lost")] == []
 
 
+def _with_leaf_annotation(src: Path, dst: Path) -> None:
+    """Copy a synth trace and add, on every rank's main thread, a leaf user annotation between
+    the step's final synchronize and the step's end: on the critical path, not work."""
+    import gzip
+    import json
+
+    dst.mkdir()
+    for f in sorted(src.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        ev = doc["traceEvents"]
+        step = next(e for e in ev if e.get("name", "").startswith("ProfilerStep#"))
+        sync = max((e for e in ev if e.get("name") == "cudaDeviceSynchronize"),
+                   key=lambda e: e["ts"])
+        gap = step["ts"] + step["dur"] - (sync["ts"] + sync["dur"])
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "## log ##",
+                   "pid": step["pid"], "tid": step["tid"],
+                   "ts": round(sync["ts"] + sync["dur"] + gap / 4, 3), "dur": round(gap / 2, 3),
+                   "args": {"External id": 10**6, "Record function id": 0}})
+        (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_leaf_host_annotation_same_as_single_process(tmp_path, client) -> None:  # noqa: ANN001
+    base = tmp_path / "s2"
+    r = _cli("synth", "--preset", "dlrm-dcnv2", "--ranks", "2", "--steps", "1", "--batch", "512",
+             "-o", str(base))
+    assert r.returncode == 0, r.stderr
+    tr = tmp_path / "annotated"
+    _with_leaf_annotation(base, tr)
+    one, two = tmp_path / "one", tmp_path / "two"
+    replay_trace(tr, {HW: one}, ReplayOptions(hws=[HW]))
+    replay_trace(tr, {HW: two}, ReplayOptions(hws=[HW], scheduler=client.scheduler.address))
+    a, b = open_run(one), open_run(two)
+    _same_run(a, b)
+    ev = a.read("events").to_pandas()
+    mark = ev[ev["name"] == "## log ##"]
+    assert len(mark) == 2 and not mark["critical"].any()  # an annotation is never critical
+    # it is on the path: the step's end is reached through it
+    assert (mark["end_us"].to_numpy() < ev.loc[ev["name"] == "ProfilerStep#1", "end_us"].max()).all()
+
+
 def test_unreachable_scheduler_is_one_line(tmp_path) -> None:  # noqa: ANN001
     r = _cli("replay", "sample_traces/synth/dcnv2_train_2rank", "--out", str(tmp_path / "x"),
              "--scheduler", "tcp://127.0.0.1:9")

@@ -21,13 +21,15 @@ from analyzers.report.compare import Delta, _delta_row
 from mtia_trace.cli.output import render_table
 from mtia_trace.errors import UsageError
 from mtia_trace.schema import KINDS
-from replay.costs import AsMeasured
+from replay.costs import COMPUTE_KINDS, MEASURED_DUR, AsMeasured
 from replay.graph import build_graph
 from replay.hardware import collectives as coll_mod
 from replay.hardware import load_spec, model_for
 from replay.hardware.compute import kind_codes, kind_mask
 from replay.hardware.model import WORK_KINDS
-from replay.run import COMPUTE_KINDS, MEASURED_DUR, costing_input, overlap_fraction, replay_events
+from replay.intervals import overlap_fraction
+from replay.pipeline import costing_input
+from replay.run import replay_events
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "synth" / "dcnv2_train_2rank"
 

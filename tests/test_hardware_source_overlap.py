@@ -10,7 +10,9 @@ import pytest
 from replay.graph import build_graph
 from replay.hardware import model_for
 from replay.hardware.source import tag_source
-from replay.run import costing_input, overlap_fraction, replay_events
+from replay.intervals import overlap_fraction
+from replay.pipeline import costing_input
+from replay.run import replay_events
 from tests.replay_tables import dev, table
 
 GEMM_US, AR_US = 500.0, 1000.0

@@ -96,7 +96,8 @@ def h100_2rank(tmp_path_factory):
 
 
 def _overlap(events):
-    from replay.run import COMPUTE_KINDS, overlap_fraction
+    from replay.costs import COMPUTE_KINDS
+    from replay.intervals import overlap_fraction
 
     df = events.to_pandas()
     ts = df.ts_us.to_numpy()

@@ -20,7 +20,7 @@ from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.assemble import build
 from mtia_trace.ingest.kineto import FileInfo, RawFile, read_file
 
-__all__ = ["Trace", "FileInfo", "load", "trace_files"]
+__all__ = ["FILE_FIELDS", "FileInfo", "Trace", "file_facts", "load", "trace_files"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 #: Ranks whose same-numbered steps start further apart than this are reported as clock skew.
@@ -39,6 +39,22 @@ class Trace:
     @property
     def ranks(self) -> list[int]:
         return sorted(f.rank for f in self.files)
+
+
+#: Facts per trace file kept in run.json.
+FILE_FIELDS = ("path", "rank", "sha256", "bytes", "n_events")
+
+
+def file_facts(trace: Trace) -> list[dict]:
+    """Per-file facts of an ingested trace (`FILE_FIELDS` and the devices it names), for run.json."""
+    out = []
+    for f in getattr(trace, "files", None) or []:
+        d = {k: getattr(f, k, None) for k in FILE_FIELDS}
+        d["path"] = str(d["path"])
+        devices = getattr(f, "device_properties", None) or []
+        d["devices"] = sorted({str(p.get("name")) for p in devices if isinstance(p, dict)})
+        out.append(d)
+    return out
 
 
 def trace_files(path: Path) -> list[Path]:

@@ -13,7 +13,7 @@ microsecond timestamps (3 decimals):
 
 Overlap slowdown: a compute kernel that overlaps communication kernels on its rank is stretched
 by ``1 + s x f`` (``s``: the source's `SourceHardware.overlap_slowdown`, ``f``: its overlapped
-fraction, `replay.run.overlap_fraction`, the replay's own definition), so the trace carries the
+fraction, `replay.intervals.overlap_fraction`, the replay's own definition), so the trace carries the
 interference the replay's scaled mode takes out of measured compute. As in the replay, one
 correction pass: the program is scheduled, the fractions taken from that schedule, and the
 program scheduled again with the same seed (same jitter draws) and the stretched kernels
@@ -293,10 +293,11 @@ class Timeline:
 def overlap_stretch(tl: Timeline) -> np.ndarray | None:
     """Per compute kernel of ``tl`` (launch order) and rank: ``1 + s x f``, ``f`` the fraction of
     it overlapping communication kernels of its rank in ``tl``'s schedule, for the kernels the
-    replay treats as compute (`replay.run.COMPUTE_KINDS`, kinds as ingest classifies them);
+    replay treats as compute (`replay.costs.COMPUTE_KINDS`, kinds as ingest classifies them);
     ``None`` when nothing is stretched (``s == 0`` or no overlap)."""
     from mtia_trace.ingest.classify import classify
-    from replay.run import COMPUTE_KINDS, overlap_fraction
+    from replay.costs import COMPUTE_KINDS
+    from replay.intervals import overlap_fraction
 
     s = tl.hw.overlap_slowdown
     if s <= 0 or not tl.compute_recs:

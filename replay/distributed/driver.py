@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from mtia_trace import schema
 from mtia_trace.errors import TraceFormatError, UsageError
 from mtia_trace.ingest import trace_files
 from mtia_trace.storage import begin_run, write_run
+from replay import pipeline
 from replay.distributed import shard as S
 
 #: Seconds to wait for a scheduler before giving up.
@@ -174,7 +174,7 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
         summary = _sorted(pa.concat_tables([r["summary"] for r in results]), ["rank"])
         members = pd.concat([r["members"].assign(member=member_idx[i][r["members"]["member"]])
                              for i, r in enumerate(results)], ignore_index=True)
-        colls = _collectives(mem, members, t0)
+        colls = pipeline.collectives_table(members, t0)
         notes = _notes([r["notes"] for r in results], colls.num_rows)
         notes["coupling_iterations"] = iterations
         full = dict(meta)
@@ -247,32 +247,6 @@ def _source(facts: list[dict], given: str | None) -> tuple[str | None, str]:
                  for f in facts]
 
     return resolve_source(_T(), given)
-
-
-def _collectives(mem: pd.DataFrame, members: pd.DataFrame, t0: float) -> pa.Table:
-    """`replay.run._collectives` over the members of all shards."""
-    rows: dict[str, list[object]] = {f.name: [] for f in schema.COLLECTIVES_SCHEMA}
-    if len(members):
-        d = members.merge(mem[["m", "pg", "seq"]], left_on="member", right_on="m")
-        d = d.sort_values(["pg", "seq", "rank"])
-        for (pg, seq), x in d.groupby(["pg", "seq"], sort=True):
-            late = x["ready"].to_numpy().argmax()
-            rows["pg"].append(str(pg))
-            rows["coll_seq"].append(int(seq))
-            rows["coll_op"].append(x["op"].iloc[0])
-            rows["step"].append(int(x["step"].iloc[0]))
-            rows["ranks"].append(int(x["rank"].nunique()))
-            rows["bytes"].append(float(x["bytes"].max()))
-            rows["first_arrival_us"].append(float(x["ready"].min()) + t0)
-            rows["last_arrival_us"].append(float(x["ready"].max()) + t0)
-            rows["skew_us"].append(float(x["ready"].max() - x["ready"].min()))
-            rows["late_rank"].append(int(x["rank"].iloc[late]))
-            rows["start_us"].append(float(x["start"].min()) + t0)
-            rows["end_us"].append(float(x["end"].max()) + t0)
-            rows["transfer_us"].append(float(x["transfer"].max()))
-            rows["queue_us"].append(float(x["queue"].max()))
-            rows["retry_us"].append(float(x["retry"].max()))
-    return pa.Table.from_pydict(rows, schema=schema.COLLECTIVES_SCHEMA)
 
 
 def _notes(parts: list[dict], matched: int) -> dict:

@@ -6,7 +6,8 @@ start (so the transfer part costs the same as in one process) and, as its base t
 instance's current replayed arrival. The stock graph and scheduler then resolve each collective
 as ``max`` over all ranks' arrivals, exactly as in one process, and attribution names remote
 stragglers by the ghost's rank. A ghost anchor at the trace start keeps the time origin global.
-Nothing here imports Dask; every function is pure so a lost worker's tasks can be recomputed.
+The stages are those of `replay.pipeline`, the ones a single-process replay runs. Nothing here
+imports Dask; every function is pure so a lost worker's tasks can be recomputed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ import pandas as pd
 import pyarrow as pa
 
 from mtia_trace import schema
+from mtia_trace.ingest import file_facts, load
+from mtia_trace.storage import partition_path, write_partition
+from replay import pipeline
 from replay.graph import Graph, build_graph
+from replay.hardware.source import tag_source
+from replay.scheduler import Schedule
 
 GHOST = "~ghost"
 #: Columns of the per-member table a shard reports (chosen instance of a collective per rank).
@@ -42,16 +48,13 @@ class Ingested:
 
 def ingest(paths: list[str]) -> Ingested:
     """Read the shard's trace files and find its collective instances."""
-    from mtia_trace.ingest import load
-    from mtia_trace.replay_job import file_facts as _files
-
     tr = load([Path(p) for p in paths])
     ev = tr.events
     rank = ev.column("rank").to_numpy()
     ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
     devices = [str(p.get("name")) for f in tr.files for p in (f.device_properties or [])
                if isinstance(p, dict) and p.get("name")]
-    return Ingested(events=ev, files=_files(tr), warnings=[str(w) for w in tr.warnings],
+    return Ingested(events=ev, files=file_facts(tr), warnings=[str(w) for w in tr.warnings],
                     ranks=ranks.tolist(), rows=dict(zip(ranks.tolist(), counts.tolist())),
                     start=dict(zip(ranks.tolist(), first.tolist())),
                     t0=float(ev.column("ts_us").to_numpy().min()) if ev.num_rows else np.inf,
@@ -105,23 +108,17 @@ class Shard:
     global_id: np.ndarray     # per row: event id in the single-process table (-1 anchor)
     ranks: list[int]
     g: Graph
-    comps: dict[str, np.ndarray]
-    dur: np.ndarray
-    resource: np.ndarray
-    capacity: np.ndarray
+    costed: pipeline.Costed   # ghosts cost nothing and hold no pool
     notes: dict
     ghost_pts: np.ndarray     # start points of the ghosts, in the driver's ghost order
     member_pts: np.ndarray    # start points of local members, in the driver's member order
-    stretched: bool = False
 
 
 def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: dict[int, int],
           anchor: tuple[int, float] | None, model: object, source: tuple[str | None, str]
           ) -> Shard:
-    """Insert ghosts (columns rank, ts, step, pg, seq, gid) and the anchor, build and cost."""
-    from replay.costs import COMPONENTS
-    from replay.run import costing_input
-
+    """Insert ghosts (columns rank, ts, step, pg, seq, gid) and the anchor; the ``graph`` and
+    ``cost`` stages."""
     ev = ing.events
     n_loc = ev.num_rows
     gh = _ghost_rows(ghosts["rank"].to_numpy(), ghosts["ts"].to_numpy(),
@@ -150,8 +147,6 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
         i = allev.schema.get_field_index(c)
         allev = allev.set_column(i, allev.schema.field(i), pa.array(v, type=pa.int64()))
     if source[0] or source[1]:
-        from replay.hardware.source import tag_source
-
         allev = tag_source(allev, source[0], source[1])
     loc_rank = rank[order]
     gid = np.empty(len(order), dtype=np.int64)
@@ -161,30 +156,22 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
     gid[~local] = ghost_gid[order[~local] - n_loc]
 
     g = build_graph(allev)
-    costs = model.cost(costing_input(allev, g))  # type: ignore[attr-defined]
-    comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64).copy() for c in COMPONENTS}
-    for c in comps:
-        comps[c][~local] = 0.0
-    resource = np.asarray(costs.resource).copy()
-    if len(resource):
-        resource[~local] = -1
+    c = pipeline.cost(allev, g, model, local=local)  # type: ignore[arg-type]
     notes = dict(g.notes)
-    notes.update(costs.notes)
+    notes.update(c.notes)
     n_gh = len(ghosts)
     return Shard(events=allev, local=local, global_id=gid, ranks=list(ing.ranks), g=g,
-                 comps=comps, dur=sum(comps.values()), resource=resource,
-                 capacity=np.asarray(costs.resource_capacity), notes=notes,
+                 costed=c, notes=notes,
                  ghost_pts=2 * new_of[n_loc:n_loc + n_gh],
                  member_pts=2 * new_of[np.asarray(member_ids, dtype=np.int64)])
 
 
-def _schedule(sh: Shard, arrivals: np.ndarray):  # noqa: ANN202
-    from replay.scheduler import schedule
-
+def _schedule(sh: Shard, arrivals: np.ndarray) -> tuple[Graph, Schedule]:
+    """The ``schedule`` stage with the remote members' arrivals as the ghosts' base times."""
     base = sh.g.base.copy()
     base[sh.ghost_pts] = arrivals
     g = dataclasses.replace(sh.g, base=base)
-    return g, schedule(g, sh.dur, sh.resource, sh.capacity)
+    return g, pipeline.run_schedule(g, sh.costed)
 
 
 def arrivals(sh: Shard, ghost_arrivals: np.ndarray) -> np.ndarray:
@@ -194,43 +181,25 @@ def arrivals(sh: Shard, ghost_arrivals: np.ndarray) -> np.ndarray:
 
 
 def stretch(sh: Shard, ghost_arrivals: np.ndarray, slow: float) -> Shard:
-    """The overlap-slowdown correction of `replay.run.replay_events` on the converged schedule."""
-    from replay.graph import _is_in
-    from replay.run import COMPUTE_KINDS, overlap_fraction
-
+    """The ``overlap`` stage on the converged schedule (local events only)."""
     _g, s = _schedule(sh, ghost_arrivals)
-    frac = overlap_fraction(sh.events, s.T[0::2], s.T[1::2])
-    m = _is_in(sh.events, "kind", COMPUTE_KINDS) & (frac > 0) & sh.local
-    if not m.any():
-        return sh
-    comps = dict(sh.comps)
-    comps["compute"] = comps["compute"] * (1.0 + slow * frac * m)
-    return dataclasses.replace(sh, comps=comps, dur=sum(comps.values()), stretched=True)
+    c = pipeline.stretch(sh.events, s, sh.costed, slow, local=sh.local)
+    return sh if c is None else dataclasses.replace(sh, costed=c)
 
 
 def is_stretched(sh: Shard) -> bool:
-    return sh.stretched
+    return sh.costed.stretched
 
 
 def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
     """Attribute, write the events and edges partitions of the shard's ranks into the run being
-    built at ``tmp``; return the small tables (steps, summary, member rows) and notes."""
-    from mtia_trace.storage import partition_path, write_partition
-    from replay.attribution import attribute_steps, check_attribution, summarize
-    from replay.critical_path import mark_critical, path_tables
-    from replay.run import replayed_events
-
+    built at ``tmp``; return the small tables (steps, summary, member rows) and notes. The
+    ``attribute`` stage, for the shard's own ranks."""
     g, s = _schedule(sh, ghost_arrivals)
     ev = sh.events
-    pt = path_tables(g, s, sh.comps)
-    steps, walks = attribute_steps(ev, g, s, pt)
-    crit = mark_critical(g, walks)
-    out = replayed_events(ev, g, s, sh.comps, crit)
-    summary = summarize(ev, g, s, sh.comps, steps)
-    mine = np.asarray(sh.ranks, dtype=np.int32)
-    steps = steps.filter(pa.array(np.isin(steps.column("rank").to_numpy(), mine)))
-    check_attribution(steps)
-    summary = summary.filter(pa.array(np.isin(summary.column("rank").to_numpy(), mine)))
+    comps = sh.costed.comps
+    a = pipeline.attribute(ev, g, s, comps, ranks=sh.ranks)
+    steps, summary, out = a.steps, a.summary, a.events
 
     gid = sh.global_id
     remap = lambda v: np.where(v >= 0, gid[np.maximum(v, 0)], -1)  # noqa: E731
@@ -268,16 +237,7 @@ def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
                         partition_path(Path(tmp), "edges", r))
 
     m = np.flatnonzero(sh.local[sh.member_pts // 2])
-    ids = sh.member_pts[m] // 2
-    members = pd.DataFrame({
-        "member": m, "rank": rank[ids],
-        "op": ev.column("coll_op").take(pa.array(ids)).to_numpy(zero_copy_only=False),
-        "step": ev.column("step").take(pa.array(ids)).to_numpy(),
-        "bytes": ev.column("coll_bytes_in").take(pa.array(ids)).to_numpy(),
-        "ready": s.ready[2 * ids], "start": s.T[2 * ids], "end": s.T[2 * ids + 1],
-        "transfer": (sh.comps["collective"] + sh.comps["fetch"])[ids],
-        "queue": s.queue[ids], "retry": sh.comps["retry"][ids],
-    })
+    members = pipeline.member_frame(ev, s, comps, sh.member_pts[m] // 2).assign(member=m)
     notes = dict(sh.notes)
     notes["passes"] = s.passes
     return {"steps": steps, "summary": summary, "members": members, "notes": notes,

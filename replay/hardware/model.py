@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
 from mtia_trace.schema import KINDS
-from replay.costs import EventCosts
+from replay.costs import COMPUTE_KINDS, MEASURED_DUR, EventCosts
 from replay.hardware import collectives as coll_mod
 from replay.hardware.compute import (
     GEMM_KINDS,
@@ -61,6 +61,7 @@ from replay.hardware.spec import (
     HardwareSpec,
     load_spec,
 )
+from replay.intervals import overlap_fraction
 
 MODES = ("auto", "roofline", "scaled")
 #: the pools of one rank a collective can hold, by `HardwareModel.pool_kind`
@@ -279,8 +280,6 @@ class HardwareModel:
         communication in the measured trace: divide its compute part by ``1 + s_source x f``
         (``f``: its overlapped fraction in the measured schedule, same rank), so the replay's
         stretch by the target's slowdown is not applied on top of the source's."""
-        from replay.run import COMPUTE_KINDS, MEASURED_DUR, overlap_fraction
-
         s_src = HardwareModel(source).overlap_slowdown()
         m = is_dev & kind_mask(kind, *COMPUTE_KINDS)
         removed, count = 0.0, 0

@@ -1,0 +1,216 @@
+"""The replay as one pipeline of stages, run by a single-process replay (`replay.run`) and by
+every shard of a distributed one (`replay.distributed.shard`), so the two cannot drift.
+
+`STAGES`, in order:
+
+- ``graph``: `replay.graph.build_graph` (depends on the events only; a sweep reuses it);
+- ``cost``: the model prices `costing_input` (measured durations corrected so a model prices
+  work, not waiting: a matched collective instance's duration becomes its transfer part, a host
+  synchronize call's its return latency, a device sync marker costs nothing);
+- ``schedule``: `replay.scheduler.schedule` (a shard schedules with its ghosts' arrivals as
+  their base times, and repeats until the arrivals are the fixed point);
+- ``overlap``: the overlap-slowdown correction (`CostModel.overlap_slowdown`, s > 0): each
+  device compute event's compute part is stretched by ``s x (fraction of it overlapping
+  communication on its rank)`` in the first schedule, and the graph is scheduled again (one
+  correction step, a documented approximation);
+- ``attribute``: critical paths, the steps table (checked: parts sum to the step), critical
+  marks (annotations and instants are never critical), the replayed events, the summary and the
+  collective members (`collectives_table` turns members of all shards into the collectives table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from mtia_trace import schema
+from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
+from replay.costs import COMPONENTS, COMPUTE_KINDS, MEASURED_DUR, CostModel, device_waits
+from replay.critical_path import mark_critical, path_tables
+from replay.graph import Graph, _is_in
+from replay.intervals import overlap_fraction
+from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
+
+STAGES = ("graph", "cost", "schedule", "overlap", "attribute")
+
+
+def costing_input(events: pa.Table, g: Graph) -> pa.Table:
+    """The events with ``dur_us`` corrected (module docstring, ``cost``); the measured durations
+    ride along as `MEASURED_DUR`, for models that need the measured schedule (e.g. where compute
+    overlapped communication in the trace)."""
+    measured = events.column("dur_us")
+    dur = measured.to_numpy().astype(np.float64, copy=True)
+    m = np.isfinite(g.transfer_us)
+    dur[m] = g.transfer_us[m]
+    m = np.isfinite(g.sync_lag)
+    dur[m] = g.sync_lag[m]
+    dur[device_waits(events)] = 0.0
+    i = events.schema.get_field_index("dur_us")
+    out = events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))
+    if MEASURED_DUR in out.schema.names:
+        out = out.drop_columns([MEASURED_DUR])
+    return out.append_column(MEASURED_DUR, measured.cast(pa.float64()))
+
+
+@dataclass
+class Costed:
+    """Output of the ``cost`` (and ``overlap``) stage: what the scheduler needs."""
+
+    comps: dict[str, np.ndarray]
+    resource: np.ndarray
+    capacity: np.ndarray
+    notes: dict
+    stretched: bool = False
+
+    @property
+    def dur(self) -> np.ndarray:
+        return sum(self.comps.values())  # type: ignore[return-value]
+
+
+def cost(events: pa.Table, g: Graph, model: CostModel, local: np.ndarray | None = None) -> Costed:
+    """Price every event; rows outside ``local`` (a shard's ghosts) cost nothing, hold no pool."""
+    costs = model.cost(costing_input(events, g))
+    comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64).copy() for c in COMPONENTS}
+    resource = np.asarray(costs.resource).copy()
+    if local is not None:
+        for c in comps:
+            comps[c][~local] = 0.0
+        if len(resource):
+            resource[~local] = -1
+    return Costed(comps=comps, resource=resource, capacity=np.asarray(costs.resource_capacity),
+                  notes=dict(costs.notes))
+
+
+def run_schedule(g: Graph, c: Costed) -> Schedule:
+    """The ``schedule`` stage."""
+    return schedule(g, c.dur, c.resource, c.capacity)
+
+
+def stretch(events: pa.Table, s: Schedule, c: Costed, slow: float,
+            local: np.ndarray | None = None) -> Costed | None:
+    """The ``overlap`` stage on schedule ``s``; None when nothing overlaps (no second schedule)."""
+    if slow <= 0:
+        return None
+    frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
+    m = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
+    if local is not None:
+        m &= local
+    if not m.any():
+        return None
+    comps = dict(c.comps)
+    comps["compute"] = comps["compute"] * (1.0 + slow * frac * m)
+    return dataclasses.replace(c, comps=comps, stretched=True)
+
+
+@dataclass
+class Attributed:
+    """Output of the ``attribute`` stage."""
+
+    steps: pa.Table
+    summary: pa.Table
+    events: pa.Table
+    critical: np.ndarray
+
+
+def attribute(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
+              ranks: list[int] | None = None) -> Attributed:
+    """Attribute every step; ``ranks``: keep (and check) only these ranks' steps and summary."""
+    pt = path_tables(g, s, comps)
+    steps, walks = attribute_steps(events, g, s, pt)
+    crit = mark_critical(g, walks, passive_events(events))
+    out = replayed_events(events, g, s, comps, crit)
+    summary = summarize(events, g, s, comps, steps)
+    if ranks is not None:
+        mine = np.asarray(ranks, dtype=np.int32)
+        steps = steps.filter(pa.array(np.isin(steps.column("rank").to_numpy(), mine)))
+        summary = summary.filter(pa.array(np.isin(summary.column("rank").to_numpy(), mine)))
+    check_attribution(steps)
+    return Attributed(steps=steps, summary=summary, events=out, critical=crit)
+
+
+def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
+                    crit: np.ndarray) -> pa.Table:
+    """schema.REPLAYED_EVENTS_SCHEMA: the events with their replayed times, cost split, binding."""
+    start = s.T[0::2]
+    end = s.T[1::2]
+    is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
+    depth = events.column("depth").to_numpy()
+    # a host event's start chained to a sibling's end is a 'host' binding; to its parent's start
+    # (nesting) it is 'track' too
+    sb = s.bound[0::2]
+    vocab = ["none", "track", "resource", *schema.EDGE_TYPES]
+    code = np.zeros(g.n, dtype=np.int32)
+    code[sb == BOUND_CHAIN] = 1
+    code[sb == BOUND_RESOURCE] = 2
+    for c, _nm in enumerate(schema.EDGE_TYPES):
+        code[sb == c] = 3 + c
+    code[(sb == BOUND_CHAIN) & ~is_dev & (depth == 0)] = 3 + schema.EDGE_TYPES.index("host")
+    names = pa.DictionaryArray.from_arrays(pa.array(code), pa.array(vocab)).cast(pa.string())
+    src = s.bound_src[0::2]
+    bsrc = np.where(src >= 0, src // 2, -1)
+    leaf = np.zeros(g.n, dtype=bool)
+    leaf[g.order[g.leaf_end] // 2] = True
+    leaf |= is_dev
+    span = end - start
+    cols = {f.name: events.column(f.name) for f in schema.EVENTS_SCHEMA}
+    extra: dict[str, np.ndarray] = {"start_us": start + g.t0, "end_us": end + g.t0}
+    for c in ("compute", "fetch", "collective", "retry", "host"):
+        extra[f"{c}_us"] = np.where(leaf, comps[c], 0.0)
+    # containers (host events with children): their span is host time around their children
+    extra["host_us"] = np.where(leaf, extra["host_us"], span)
+    extra["queue_us"] = s.queue
+    arrays = [cols[f.name] for f in schema.EVENTS_SCHEMA]
+    arrays += [pa.array(extra["start_us"]), pa.array(extra["end_us"])]
+    arrays += [pa.array(extra[f"{c}_us"]) for c in ("compute", "fetch", "collective", "retry", "host")]
+    arrays += [pa.array(extra["queue_us"]), names, pa.array(bsrc),
+               pa.array(crit), pa.array(s.coll_wait)]
+    return pa.Table.from_arrays(arrays, schema=schema.REPLAYED_EVENTS_SCHEMA)
+
+
+#: Columns of a collective-members frame (`member_frame`), the input of `collectives_table`.
+MEMBER_FRAME_COLS = ("pg", "seq", "rank", "op", "step", "bytes", "ready", "start", "end",
+                     "transfer", "queue", "retry")
+
+
+def member_frame(events: pa.Table, s: Schedule, comps: dict[str, np.ndarray],
+                 ids: np.ndarray) -> pd.DataFrame:
+    """One row per collective member ``ids`` (event ids): its replayed arrival, times and costs."""
+    take = pa.array(np.asarray(ids, dtype=np.int64))
+    col = lambda c: events.column(c).take(take).to_numpy(zero_copy_only=False)  # noqa: E731
+    return pd.DataFrame({
+        "pg": col("pg").astype(str), "seq": col("coll_seq"), "rank": col("rank"),
+        "op": col("coll_op"), "step": col("step"), "bytes": col("coll_bytes_in"),
+        "ready": s.ready[2 * ids], "start": s.T[2 * ids], "end": s.T[2 * ids + 1],
+        "transfer": (comps["collective"] + comps["fetch"])[ids],
+        "queue": s.queue[ids], "retry": comps["retry"][ids],
+    })
+
+
+def collectives_table(members: pd.DataFrame, t0: float) -> pa.Table:
+    """schema.COLLECTIVES_SCHEMA from the members of every collective (`member_frame` rows of one
+    process or of all shards): one row per (pg, seq), ordered by them."""
+    rows: dict[str, list[object]] = {f.name: [] for f in schema.COLLECTIVES_SCHEMA}
+    if len(members):
+        d = members.sort_values(["pg", "seq", "rank"])
+        for (pg, seq), x in d.groupby(["pg", "seq"], sort=True):  # collectives: few
+            late = x["ready"].to_numpy().argmax()
+            rows["pg"].append(str(pg))
+            rows["coll_seq"].append(int(seq))
+            rows["coll_op"].append(x["op"].iloc[0])
+            rows["step"].append(int(x["step"].iloc[0]))
+            rows["ranks"].append(int(x["rank"].nunique()))
+            rows["bytes"].append(float(x["bytes"].max()))
+            rows["first_arrival_us"].append(float(x["ready"].min()) + t0)
+            rows["last_arrival_us"].append(float(x["ready"].max()) + t0)
+            rows["skew_us"].append(float(x["ready"].max() - x["ready"].min()))
+            rows["late_rank"].append(int(x["rank"].iloc[late]))
+            rows["start_us"].append(float(x["start"].min()) + t0)
+            rows["end_us"].append(float(x["end"].max()) + t0)
+            rows["transfer_us"].append(float(x["transfer"].max()))
+            rows["queue_us"].append(float(x["queue"].max()))
+            rows["retry_us"].append(float(x["retry"].max()))
+    return pa.Table.from_pydict(rows, schema=schema.COLLECTIVES_SCHEMA)
