@@ -107,6 +107,7 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
         return _replay_distributed(trace, dests, models, opts, say)
 
     from mtia_trace.ingest import load
+    from replay.attribution import unexplained_summary  # with replay.run: loaded per replay
     from replay.hardware.source import with_source
     from replay.run import replay_events
 
@@ -138,6 +139,7 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
             "assumptions": {"spec": assumed, "model": dict(getattr(result, "notes", {}) or {})},
             "warnings": warnings,
             "timings_s": {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)},
+            "unexplained": unexplained_summary(result.steps),
         }
         write_run({t: getattr(result, t) for t in TABLES}, dests[h], meta, force=opts.force)
         steps[h] = result.steps

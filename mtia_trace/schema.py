@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 #: The closed vocabulary of ``events.kind``.
 KINDS: tuple[str, ...] = (
@@ -155,6 +155,10 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("total_us", F64, "us", "replayed step wall time (end - start)"),
     Column("measured_us", F64, "us", "measured step wall time from the trace"),
     *(Column(f"{a}_us", F64, "us", ATTRIBUTION_DOCS[a]) for a in ATTRIBUTION),
+    Column("unexplained_us", F64, "us",
+           "part of host_us and idle_us on the step's critical path that no dependency and no "
+           "modelled latency explains: host gaps outside every op of their thread and the part of "
+           "device ready lags beyond the launch latency (kept, as measured)", 0.0),
     Column("straggler_rank", I32, "", "rank whose late arrival cost this rank the most wait, -1 if none", -1),
 )
 STEPS_SCHEMA = _schema(STEP_COLUMNS, "steps")

@@ -108,6 +108,17 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
     return out
 
 
+def unexplained_summary(steps: pa.Table) -> dict[str, float]:
+    """run.json's ``unexplained``: mean per step over ranks and steps of ``unexplained_us`` and
+    its share of the replayed step time (DESIGN §10)."""
+    if steps.num_rows == 0:
+        return {"mean_step_us": 0.0, "fraction_of_step": 0.0}
+    unx = steps.column("unexplained_us").to_numpy()
+    total = steps.column("total_us").to_numpy()
+    return {"mean_step_us": float(unx.mean()),
+            "fraction_of_step": float(unx.sum() / total.sum()) if total.sum() > 0 else 0.0}
+
+
 def passive_events(events: pa.Table) -> np.ndarray:
     """Annotations and instants: they mark time, they are not work."""
     from replay.graph import _is_in
@@ -134,6 +145,7 @@ def attribute_steps(events: pa.Table, g: Graph, s: Schedule, pt: PathTables
         rows["measured_us"].append(meas)
         for a in schema.ATTRIBUTION:
             rows[f"{a}_us"].append(float(parts[CAT[a]]))
+        rows["unexplained_us"].append(wk.unexplained)
         strag = -1
         if wk.late_wait:
             by_rank: dict[int, float] = {}
@@ -211,6 +223,7 @@ def summarize(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
 
 
 __all__ = [
+    "unexplained_summary",
     "NCAT",
     "AttributionError",
     "attribute_steps",

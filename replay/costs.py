@@ -101,9 +101,19 @@ def split_by_kind(events: pa.Table, dur_us: np.ndarray) -> EventCosts:
 
 
 class AsMeasured:
-    """Every event keeps its measured duration: the fidelity check of graph and scheduler."""
+    """Every event keeps its measured duration: the fidelity check of graph and scheduler.
+
+    ``source_launch_us``: the launch latency of the hardware the trace was measured on, when
+    known; the part of a device ready lag beyond it is counted as unexplained (without it, the
+    whole lag is)."""
 
     name = "as-measured"
+
+    def __init__(self, source_launch_us: float | None = None) -> None:
+        self.source_launch_us = source_launch_us
+
+    def launch_latencies(self, events: pa.Table) -> tuple[float | None, float | None]:
+        return self.source_launch_us, None
 
     def cost(self, events: pa.Table) -> EventCosts:
         dur = events.column("dur_us").to_numpy().astype(np.float64, copy=True)

@@ -11,6 +11,10 @@ attribution category (schema.ATTRIBUTION) or, for an event's own duration, the e
 - waiting for a busy resource pool: ``queue``;
 - before a host track's first point (no binding): ``idle``.
 
+Unexplained time (DESIGN §10) is an overlay on these segments, not a category: the part of a
+device ready lag no modelled latency explains (`Graph.unexplained_lag`) and host gaps outside
+every event of their thread (`Graph.unexplained_gap`), summed along the path like the categories.
+
 Runs of points bound by their track predecessor are summed with per-track prefix sums, so the
 Python loop only runs once per cross-track hop on the path. Per-rank walks stay on the rank: at a
 collective they account the wait and continue from the rank's own arrival.
@@ -44,6 +48,8 @@ class PathTables:
     tpos: np.ndarray        # per position: time
     dev_pos: np.ndarray     # per position: on a stream-like (device / worker) track
     own: np.ndarray         # per position: an end point reached by its event's own duration
+    unx_w: np.ndarray       # per position: unexplained part of the chain lag into it (us)
+    ucum: np.ndarray        # (npos + 1,): per-track prefix sums of the unexplained overlay
 
 
 _COST_CATS = ("compute", "fetch", "collective", "retry", "host")
@@ -86,8 +92,15 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     cum = _track_cumsum(contrib, g.track_ptr)
     idx = np.where(~pure, np.arange(npos), 0)
     run_start = np.maximum.accumulate(idx) if npos else idx
+    unx_w = np.zeros(npos)
+    if g.unexplained_lag is not None:
+        unx_w[di] = g.unexplained_lag[ev[di]]
+    if g.unexplained_gap is not None:
+        gp = g.unexplained_gap & hi
+        unx_w[gp] = s.w[gp]
+    ucum = _track_cumsum(np.minimum(np.maximum(unx_w, 0.0), seg)[None, :], g.track_ptr)[0]
     return PathTables(act=act, contrib=contrib, cum=cum, frac=frac, run_start=run_start,
-                      tpos=tpos, dev_pos=dev_pos, own=own)
+                      tpos=tpos, dev_pos=dev_pos, own=own, unx_w=unx_w, ucum=ucum)
 
 
 def _track_cumsum(contrib: np.ndarray, ptr: np.ndarray) -> np.ndarray:
@@ -116,6 +129,9 @@ def _edge_category(bound: int, on_device: bool) -> int:
     return CAT["idle"]
 
 
+_LAGGED_EDGES = (EDGE_CODE["launch"], EDGE_CODE["sync"])
+
+
 @dataclass
 class Walk:
     parts: np.ndarray        # (NCAT,) time per category
@@ -123,6 +139,7 @@ class Walk:
     late_wait: dict[int, float]  # late event id -> wait it caused
     ranges: list[tuple[int, int]]  # position ranges [lo, hi] on the path
     points: list[int]         # end points whose own duration the path crosses outside ranges
+    unexplained: float = 0.0  # path time that is unexplained (within host / idle parts)
 
 
 def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
@@ -132,6 +149,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
     ranges: list[tuple[int, int]] = []
     points: list[int] = []
     cw = 0.0
+    unx = 0.0
     T = s.T
     own_bound, own_src, peer = s.own_bound, s.own_src, s.peer_ready
     assert own_bound is not None and own_src is not None and peer is not None
@@ -146,15 +164,18 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             tq = pt.tpos[q]
             if tq >= ws:
                 parts[pt.act] += pt.cum[:, k + 1] - pt.cum[:, q + 1]
+                unx += pt.ucum[k + 1] - pt.ucum[q + 1]
                 ranges.append((q + 1, k))
                 p = int(g.order[q])
                 continue
             # the window starts inside this run: clip the straddling segment
             j = q + 1 + int(np.searchsorted(pt.tpos[q + 1:k + 1], ws, side="right"))
             parts[pt.act] += pt.cum[:, k + 1] - pt.cum[:, j + 1]
+            unx += pt.ucum[k + 1] - pt.ucum[j + 1]
             seg = pt.tpos[j] - pt.tpos[j - 1]
             if seg > 0:
                 parts[pt.act] += pt.contrib[:, j] * ((pt.tpos[j] - ws) / seg)
+                unx += (pt.ucum[j + 1] - pt.ucum[j]) * ((pt.tpos[j] - ws) / seg)
             ranges.append((j, k))
             break
         t = T[p]
@@ -189,6 +210,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
                 points.append(p)
             else:
                 parts[CAT["idle"] if dev else CAT["host"]] += t - lo
+                unx += min(max(pt.unx_w[k], 0.0), t - lo)
             p = int(g.order[k - 1])
             continue
         if src < 0:
@@ -196,8 +218,11 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             break
         lo = max(T[src], ws)
         parts[_edge_category(ob, bool(pt.dev_pos[k]))] += t - lo
+        if pt.dev_pos[k] and p % 2 == 0 and ob in _LAGGED_EDGES:  # a device start's lag
+            unx += min(max(pt.unx_w[k], 0.0), t - lo)
         p = src
-    return Walk(parts=parts, coll_wait=cw, late_wait=late, ranges=ranges, points=points)
+    return Walk(parts=parts, coll_wait=cw, late_wait=late, ranges=ranges, points=points,
+                unexplained=unx)
 
 
 def mark_critical(g: Graph, walks: list[Walk], passive: np.ndarray | None = None) -> np.ndarray:

@@ -85,6 +85,14 @@ class Graph:
     t0: float                  # trace start (min ts); internal times are relative to it
     edges: pa.Table = field(default=None)  # type: ignore[assignment]
     notes: dict[str, object] = field(default_factory=dict)
+    # measured gaps (DESIGN §10): what a dependency or a modelled latency explains and what not
+    via_launch: np.ndarray = field(default=None)       # type: ignore[assignment]
+    #   per event: its measured ready time is its launch (so its lag is launch latency)
+    unexplained_lag: np.ndarray = field(default=None)  # type: ignore[assignment]
+    #   per event: part of its ready lag no modelled latency explains (us); replay.pipeline sets
+    #   it from the models' launch latencies (none: the whole lag)
+    unexplained_gap: np.ndarray = field(default=None)  # type: ignore[assignment]
+    #   per position: a host gap outside every (non-annotation) event of its thread
 
 
 def event_times(events: pa.Table) -> tuple[float, np.ndarray, np.ndarray]:
@@ -423,6 +431,11 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     ready_lag = np.where(np.isfinite(ready), ts - ready, 0.0)
     ready_lag[~streamlike] = 0.0
     ready_lag[dev_marker] = 0.0
+    via_launch = np.zeros(n, dtype=bool)
+    via_launch[dst_launch] = launch_ts_l >= ready[dst_launch]
+    if len(enq_dst):
+        via_launch[enq_dst] |= ts[enq_src] >= ready[enq_dst]
+    via_launch &= streamlike & ~dev_marker
     # a start before its inputs ended (overlapping ops on one stream) is a trace anomaly; it is
     # counted and replayed without the overlap (a wait marker starts before its input by design)
     notes["device_starts_before_inputs"] = int(((ready_lag < -1e-6) & ~dsync_ev).sum())
@@ -524,6 +537,12 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
         etype = np.concatenate([etype, np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)])
         notes["collective_waits"] = len(wsrc)
 
+    # host gaps outside every event of their thread (annotations do not count: they mark time)
+    unexplained_gap = _outside_events(order, track_ptr, tr_dev,
+                                      _is_in(events, "kind", ["annotation", "instant"]))
+    if len(enq_dst):
+        unexplained_gap[wk] = False  # a collective wait's return latency
+
     base = np.full(2 * n, -np.inf)
     if n:
         ur, rinv = np.unique(rank, return_inverse=True)
@@ -560,4 +579,25 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     return Graph(n=n, order=order, track_ptr=track_ptr, track_is_device=tr_dev, gap=gap,
                  leaf_end=leaf_end, base=base, src_pt=src_pt, dst_pt=dst_pt, lag=lag,
                  etype=etype, ready_lag=ready_lag, sync_lag=sync_lag, coll_group=coll_group,
-                 transfer_us=transfer, t0=t0, edges=edges, notes=notes)
+                 transfer_us=transfer, t0=t0, edges=edges, notes=notes, via_launch=via_launch,
+                 unexplained_lag=ready_lag.copy(), unexplained_gap=unexplained_gap)
+
+
+def _outside_events(order: np.ndarray, track_ptr: np.ndarray, chain: np.ndarray,
+                    passive: np.ndarray) -> np.ndarray:
+    """Per position of a host track holding work: the gap before it lies outside every
+    non-passive event of the track (no open event at that time)."""
+    L = len(order)
+    out = np.zeros(L, dtype=bool)
+    if not L:
+        return out
+    ntr = len(track_ptr) - 1
+    pos_tr = np.repeat(np.arange(ntr), np.diff(track_ptr))
+    work = ~passive[order // 2]
+    delta = np.where(work, np.where(order % 2 == 0, 1, -1), 0)
+    # every event's two points are on its track: open counts return to 0 at each track's end
+    open_before = np.concatenate([[0], np.cumsum(delta)[:-1]])
+    live = np.bincount(pos_tr, weights=work, minlength=ntr) > 0
+    out = (open_before == 0) & live[pos_tr] & ~chain[pos_tr]
+    out[track_ptr[:-1][track_ptr[:-1] < L]] = False
+    return out

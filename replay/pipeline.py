@@ -4,6 +4,11 @@ every shard of a distributed one (`replay.distributed.shard`), so the two cannot
 `STAGES`, in order:
 
 - ``graph``: `replay.graph.build_graph` (depends on the events only; a sweep reuses it);
+- ``lags``: measured ready lags become modelled ones (`modelled_lags`, DESIGN §10): a device
+  event's lag is its launch latency when its measured ready time is its launch, else 0, on the
+  target (its spec's ``host.kernel_launch_us``), plus the part of the measured lag that the
+  source's launch latency does not explain (*unexplained*, kept by default, counted per step;
+  ``strict`` drops it);
 - ``cost``: the model prices `costing_input` (measured durations corrected so a model prices
   work, not waiting: a matched collective instance's duration becomes its transfer part, a host
   synchronize call's its return latency, a device sync marker costs nothing);
@@ -31,11 +36,54 @@ from mtia_trace import schema
 from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
 from replay.costs import COMPONENTS, COMPUTE_KINDS, MEASURED_DUR, CostModel, device_waits
 from replay.critical_path import mark_critical, path_tables
-from replay.graph import Graph, _is_in
+from replay.graph import EDGE_CODE, Graph, _is_in
 from replay.intervals import overlap_fraction
 from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
 
-STAGES = ("graph", "cost", "schedule", "overlap", "attribute")
+STAGES = ("graph", "lags", "cost", "schedule", "overlap", "attribute")
+
+
+def launch_latencies(model: CostModel, events: pa.Table) -> tuple[float | None, float | None]:
+    """(source, target) launch latency in us a model states (None: unknown / as measured)."""
+    f = getattr(model, "launch_latencies", None)
+    return f(events) if f is not None else (None, None)
+
+
+def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
+                  strict: bool = False) -> tuple[Graph, dict]:
+    """The ``lags`` stage: ``g`` with each stream-like event's ready lag (on its stream chain and
+    on its launch and wait edges) modelled; and notes on what was assumed.
+
+    Per event with measured lag ``r``: the modelled latency is ``m = L`` (launch latency) when its
+    measured ready time is its launch, else 0. Explained by the source: ``min(r, m_src)``; the
+    rest ``u = r - min(r, m_src)`` is unexplained. Lag used: ``m_tgt + u`` (``m_tgt`` only when
+    ``strict``); as measured (no target) the measured ``r`` itself, or ``m_src`` when strict. An unknown source latency is taken to be the target's (the lag then carries
+    over as measured); without either (as-measured, unknown source) no latency is modelled and
+    the whole lag is unexplained.
+    """
+    src = source_us if source_us is not None else target_us
+    tgt = target_us if target_us is not None else src
+    src_v = 0.0 if src is None else float(src)
+    tgt_v = 0.0 if tgt is None else float(tgt)
+    r = g.ready_lag
+    via = g.via_launch
+    u = r - np.minimum(r, np.where(via, src_v, 0.0))
+    if target_us is None and not strict:
+        lag_ev = r.copy()  # as measured: explained and unexplained parts both kept
+    else:
+        lag_ev = np.where(via, tgt_v, 0.0) + (0.0 if strict else u)
+    lagged = r > 0
+    lagged |= via
+    lag_ev = np.where(lagged, lag_ev, 0.0)
+    into = (g.dst_pt % 2 == 0) & lagged[g.dst_pt // 2] & (
+        (g.etype == EDGE_CODE["launch"]) | (g.etype == EDGE_CODE["sync"]))
+    lag = g.lag.copy()
+    lag[into] = lag_ev[g.dst_pt[into] // 2]
+    notes = {"launch_latency": {"source_us": source_us, "target_us": target_us,
+                                "modelled_us": tgt_v, "strict": bool(strict)}}
+    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag,
+                              unexplained_lag=np.zeros(g.n) if strict else u)
+    return out, notes
 
 
 def costing_input(events: pa.Table, g: Graph) -> pa.Table:

@@ -24,11 +24,13 @@ from replay.result import ReplayResult
 
 def replay_events(events: pa.Table, model: CostModel | None = None, *,
                   progress: Callable[[str], None] | None = None,
-                  max_ready_lag_us: float | None = None, graph: Graph | None = None) -> ReplayResult:
+                  max_ready_lag_us: float | None = None, graph: Graph | None = None,
+                  strict: bool = False) -> ReplayResult:
     """Replay ``events`` (schema.EVENTS_SCHEMA) on ``model`` (default: as measured).
 
     ``graph``: the prebuilt `build_graph(events)` (a sweep replays one trace many times); it
-    depends only on the events, never on the model.
+    depends only on the events, never on the model. ``strict``: device ready lags are the
+    modelled launch latencies only, their unexplained part dropped (`pipeline.modelled_lags`).
     """
     model = model or AsMeasured()
     say = progress or (lambda _msg: None)
@@ -40,6 +42,8 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
         if graph.n != events.num_rows:
             raise ValueError(f"graph has {graph.n} events, the table {events.num_rows}")
         g = graph
+    g, lag_notes = pipeline.modelled_lags(g, *pipeline.launch_latencies(model, events),
+                                          strict=strict)
     say("costing")
     c = pipeline.cost(events, g, model)
     say("scheduling")
@@ -55,6 +59,7 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     collectives = pipeline.collectives_table(pipeline.member_frame(events, s, c.comps, members),
                                              g.t0)
     notes = dict(g.notes)
+    notes.update(lag_notes)
     notes.update({"passes": s.passes, "overlap_slowdown": slow})
     notes.update(c.notes)
     return ReplayResult(events=a.events, edges=g.edges, steps=a.steps, collectives=collectives,

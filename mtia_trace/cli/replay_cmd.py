@@ -26,7 +26,8 @@ MAX_STEP_ROWS = 12
 
 def step_table(steps: pa.Table) -> pa.Table:
     """Attribution per step, mean over ranks, with a final mean-over-steps row."""
-    cols = ["total_us", "measured_us"] + [f"{a}_us" for a in schema.ATTRIBUTION]
+    cols = (["total_us", "measured_us"] + [f"{a}_us" for a in schema.ATTRIBUTION]
+            + ["unexplained_us"])
     g = steps.group_by("step").aggregate([("rank", "count")] + [(c, "mean") for c in cols])
     g = g.sort_by("step")
     out = {"step": [str(s) for s in g.column("step").to_pylist()],

@@ -22,6 +22,7 @@ from mtia_trace.errors import TraceFormatError, UsageError
 from mtia_trace.ingest import trace_files
 from mtia_trace.storage import begin_run, write_run
 from replay import pipeline
+from replay.attribution import unexplained_summary
 from replay.distributed import shard as S
 
 #: Seconds to wait for a scheduler before giving up.
@@ -182,6 +183,7 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
         full["warnings"] = [w for f in facts for w in f["warnings"]]
         full.setdefault("assumptions", {})["model"] = notes
         full["timings_s"] = {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)}
+        full["unexplained"] = unexplained_summary(steps)
         full["distributed"] = {"shards": len(chunks), "workers": nworkers,
                                "coupling_iterations": iterations}
         write_run({"steps": steps, "summary": summary, "collectives": colls}, dest, full,

@@ -156,8 +156,10 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
     gid[~local] = ghost_gid[order[~local] - n_loc]
 
     g = build_graph(allev)
+    g, lag_notes = pipeline.modelled_lags(g, *pipeline.launch_latencies(model, allev))  # type: ignore[arg-type]
     c = pipeline.cost(allev, g, model, local=local)  # type: ignore[arg-type]
     notes = dict(g.notes)
+    notes.update(lag_notes)
     notes.update(c.notes)
     n_gh = len(ghosts)
     return Shard(events=allev, local=local, global_id=gid, ranks=list(ing.ranks), g=g,

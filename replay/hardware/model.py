@@ -118,6 +118,13 @@ class HardwareModel:
         src = source if source is None or isinstance(source, HardwareSpec) else load_spec(source)
         return cls(s, mode, loss_rate, seed, src)
 
+    def launch_latencies(self, events: pa.Table) -> tuple[float | None, float | None]:
+        """(source, target) kernel launch latency, us: the specs' ``host.kernel_launch_us``
+        (source None when the hardware the trace was measured on is unknown)."""
+        source, _why = self._source(events)
+        src = float(source.value("host.kernel_launch_us")) if source is not None else None
+        return src, float(self.spec.value("host.kernel_launch_us"))
+
     def overlap_slowdown(self) -> float:
         if self.spec.value("comm.path") == "offloaded":
             return float(self.spec.value("comm.overlap_slowdown"))
