@@ -32,36 +32,22 @@ KNOWN_FUNCTION_LEVEL = {
     ("mtia_trace.replay_job", "replay.run"),
     ("mtia_trace.replay_job", "replay.distributed.driver"),
     ("mtia_trace.synth.timeline", "mtia_trace.ingest.classify"),
-    ("mtia_trace.synth.timeline", "replay.run"),
     ("replay.attribution", "replay.graph"),
     ("replay.distributed", "replay.distributed.driver"),
     ("replay.distributed.driver", "mtia_trace.storage"),
     ("replay.distributed.driver", "replay.hardware.source"),
-    ("replay.distributed.shard", "mtia_trace.ingest"),
-    ("replay.distributed.shard", "mtia_trace.replay_job"),
-    ("replay.distributed.shard", "replay.costs"),
-    ("replay.distributed.shard", "replay.run"),
-    ("replay.distributed.shard", "replay.hardware.source"),
-    ("replay.distributed.shard", "replay.scheduler"),
-    ("replay.distributed.shard", "replay.graph"),
-    ("replay.distributed.shard", "mtia_trace.storage"),
-    ("replay.distributed.shard", "replay.attribution"),
-    ("replay.distributed.shard", "replay.critical_path"),
-    ("replay.hardware.model", "replay.run"),
     ("replay.sweep", "replay.graph"),
     ("replay.sweep", "replay.run"),
 }
 
 #: Import cycles being removed; the cycle test fails on any other cycle.
-KNOWN_CYCLES = {
-    frozenset({"mtia_trace.replay_job", "replay.distributed.driver", "replay.distributed.shard"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 #: The cost model's layer: the hardware package may import only these from the project.
 HARDWARE_MAY_IMPORT = ("replay.hardware", "replay.costs", "replay.intervals",
                        "mtia_trace.schema", "mtia_trace.errors")
 #: Known breaks of the hardware layer rule, being removed: (importing, imported).
-KNOWN_HARDWARE_BREAKS = {("replay.hardware.model", "replay.run")}
+KNOWN_HARDWARE_BREAKS: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -185,7 +171,6 @@ def test_no_import_cycles() -> None:
     assert not new, f"import cycles: {new}"
 
 
-@pytest.mark.xfail(strict=False, reason="replay_job -> distributed -> replay_job is being removed")
 def test_no_known_cycles_remain() -> None:
     assert not _cycles()
 

@@ -31,6 +31,8 @@ from mtia_trace.synth import costing as C
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.sharding import Collective, Groups
 from mtia_trace.synth.workload import Annot, Comm, Op, Program, Sync, Wait
+from replay.costs import COMPUTE_KINDS
+from replay.intervals import overlap_fraction
 
 COMPUTE_STREAM = 7
 COMM_STREAM = {"world": 20, "intra": 24, "cross": 28}
@@ -296,8 +298,6 @@ def overlap_stretch(tl: Timeline) -> np.ndarray | None:
     replay treats as compute (`replay.costs.COMPUTE_KINDS`, kinds as ingest classifies them);
     ``None`` when nothing is stretched (``s == 0`` or no overlap)."""
     from mtia_trace.ingest.classify import classify
-    from replay.costs import COMPUTE_KINDS
-    from replay.intervals import overlap_fraction
 
     s = tl.hw.overlap_slowdown
     if s <= 0 or not tl.compute_recs:
