@@ -31,13 +31,47 @@ def test_sample_passes_with_columns(cli):
     code, out, err = cli("validate", SAMPLES / "torch_cpu_dlrm")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["rank", "step", "measured_us", "replayed_us", "error"]
+    assert lines[0].split() == ["rank", "step", "measured_us", "replayed_us", "error", "strict",
+                                "unexplained_us"]
     rows = [ln.split() for ln in lines[1:] if ln.split() and ln.split()[0].isdigit()]
     assert [(r[0], r[1]) for r in rows] == [("0", "2"), ("0", "3"), ("1", "2"), ("1", "3")]
     for r in rows:
         assert float(r[3]) == pytest.approx(float(r[2]), rel=1e-6)
         assert "!" not in r
-    assert lines[-1].startswith("median |error| 0.000%, worst 0.000%")
+    assert any(ln.startswith("median |error| 0.000%, worst 0.000%; strict:") for ln in lines)
+    assert lines[-1].startswith("unexplained: ")
+
+
+def _stalled_kernel_trace(path: Path, stall: float) -> Path:
+    """One step: a kernel launched at 50 us starts ``stall`` us after its launch (within the
+    ready-lag cap, so the default replay keeps it), a device synchronize waits for it."""
+    k_start = 50 + stall
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": k_start + 500 + 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 50, "dur": 10, "args": {"correlation": 1, "External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
+         "ts": 60, "dur": k_start + 500 + 1 - 60, "args": {"correlation": 2, "External id": 2}},
+        {"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": 0, "tid": 7, "ts": k_start,
+         "dur": 500, "args": {"correlation": 1, "External id": 1, "device": 0, "stream": 7}},
+    ]
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_injected_stall_fails_strict_not_default(cli, tmp_path):
+    trace = _stalled_kernel_trace(tmp_path / "stall.json", 600.0)
+    code, out, _err = cli("validate", trace, "--max-error", "1%")
+    assert code == 0  # the default error keeps the measured lag: 0.000%
+    row = [ln.split() for ln in out.splitlines() if ln.split()[:2] == ["0", "1"]][0]
+    assert row[4] == "+0.000%"
+    measured = float(row[2])
+    strict = float(row[5].rstrip("%")) / 100
+    assert strict == pytest.approx(-600.0 / measured, abs=1e-4)  # the stall is the strict error
+    assert float(row[6]) >= 600.0  # and unexplained time
+    code, out, err = cli("validate", trace, "--max-error", "1%", "--strict")
+    assert code == 1 and "strict step error" in err
 
 
 def test_above_threshold_fails_and_flags_step(cli, tmp_path):
