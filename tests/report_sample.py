@@ -142,6 +142,7 @@ def _assemble(rows: list[dict[str, object]], *, late_rank: int, late_us: float,
             steps_cols["start_us"].append(start), steps_cols["end_us"].append(end)
             steps_cols["total_us"].append(step_len), steps_cols["measured_us"].append(step_len)
             steps_cols["straggler_rank"].append(-1 if r == late_rank else late_rank)
+            steps_cols["unexplained_us"].append(0.0)
     steps = schema.from_columns(steps_cols, schema=schema.STEPS_SCHEMA)
 
     coll_cols: dict[str, list[object]] = {f.name: [] for f in schema.COLLECTIVES_SCHEMA}

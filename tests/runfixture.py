@@ -145,6 +145,7 @@ def _steps() -> pa.Table:
             row = {"rank": r, "step": s, "start_us": t, "end_us": end, "total_us": total,
                    "measured_us": total,
                    "straggler_rank": RANKS - 1 if wait > 0 else -1,
+                   "unexplained_us": 0.0,
                    **{f"{a}_us": v for a, v in parts.items()}}
             for n in cols:
                 cols[n].append(row[n])
