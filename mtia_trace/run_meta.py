@@ -82,6 +82,10 @@ class RunMeta(msgspec.Struct, kw_only=True):
     rows: dict[str, int] = msgspec.field(default_factory=dict)
     #: shards, workers, coupling iterations of a Dask replay; None for a local one
     distributed: dict[str, Any] | None = None
+    #: step time no dependency and no modelled latency explains (DESIGN §10): ``mean_step_us``
+    #: (us, mean of steps.unexplained_us over ranks and steps) and ``fraction_of_step``
+    #: (its share of the replayed step time); None for runs written before it was counted
+    unexplained: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (field order as declared)."""
