@@ -86,12 +86,12 @@ class Graph:
     edges: pa.Table = field(default=None)  # type: ignore[assignment]
     notes: dict[str, object] = field(default_factory=dict)
     # measured gaps (DESIGN §10): what a dependency or a modelled latency explains and what not
-    via_launch: np.ndarray = field(default=None)       # type: ignore[assignment]
+    via_launch: np.ndarray | None = None
     #   per event: its measured ready time is its launch (so its lag is launch latency)
-    unexplained_lag: np.ndarray = field(default=None)  # type: ignore[assignment]
+    unexplained_lag: np.ndarray | None = None
     #   per event: part of its ready lag no modelled latency explains (us); replay.pipeline sets
     #   it from the models' launch latencies (none: the whole lag)
-    unexplained_gap: np.ndarray = field(default=None)  # type: ignore[assignment]
+    unexplained_gap: np.ndarray | None = None
     #   per position: a host gap outside every (non-annotation) event of its thread
 
 

@@ -66,7 +66,7 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     src_v = 0.0 if src is None else float(src)
     tgt_v = 0.0 if tgt is None else float(tgt)
     r = g.ready_lag
-    via = g.via_launch
+    via = g.via_launch if g.via_launch is not None else np.zeros(g.n, dtype=bool)
     u = r - np.minimum(r, np.where(via, src_v, 0.0))
     if target_us is None and not strict:
         lag_ev = r.copy()  # as measured: explained and unexplained parts both kept
@@ -194,8 +194,8 @@ def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np
     code = np.zeros(g.n, dtype=np.int32)
     code[sb == BOUND_CHAIN] = 1
     code[sb == BOUND_RESOURCE] = 2
-    for c, _nm in enumerate(schema.EDGE_TYPES):
-        code[sb == c] = 3 + c
+    for k in range(len(schema.EDGE_TYPES)):
+        code[sb == k] = 3 + k
     code[(sb == BOUND_CHAIN) & ~is_dev & (depth == 0)] = 3 + schema.EDGE_TYPES.index("host")
     names = pa.DictionaryArray.from_arrays(pa.array(code), pa.array(vocab)).cast(pa.string())
     src = s.bound_src[0::2]

@@ -157,13 +157,13 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
 
     g = build_graph(allev)
     g, lag_notes = pipeline.modelled_lags(g, *pipeline.launch_latencies(model, allev))  # type: ignore[arg-type]
-    c = pipeline.cost(allev, g, model, local=local)  # type: ignore[arg-type]
+    costed = pipeline.cost(allev, g, model, local=local)  # type: ignore[arg-type]
     notes = dict(g.notes)
     notes.update(lag_notes)
-    notes.update(c.notes)
+    notes.update(costed.notes)
     n_gh = len(ghosts)
     return Shard(events=allev, local=local, global_id=gid, ranks=list(ing.ranks), g=g,
-                 costed=c, notes=notes,
+                 costed=costed, notes=notes,
                  ghost_pts=2 * new_of[n_loc:n_loc + n_gh],
                  member_pts=2 * new_of[np.asarray(member_ids, dtype=np.int64)])
 
