@@ -30,6 +30,7 @@ from replay.groups import runs
 from replay.intervals import covered, union
 from replay.result import ReplayResult
 from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
+from replay.whatif import WhatIf, apply_whatifs
 
 COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optimizer", "embedding",
                  "other")
@@ -80,11 +81,13 @@ def overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np
 
 def replay_events(events: pa.Table, model: CostModel | None = None, *,
                   progress: Callable[[str], None] | None = None,
-                  max_ready_lag_us: float | None = None, graph: Graph | None = None) -> ReplayResult:
+                  max_ready_lag_us: float | None = None, graph: Graph | None = None,
+                  whatifs: list[WhatIf] | None = None) -> ReplayResult:
     """Replay ``events`` (schema.EVENTS_SCHEMA) on ``model`` (default: as measured).
 
     ``graph``: the prebuilt `build_graph(events)` (a sweep replays one trace many times); it
-    depends only on the events, never on the model.
+    depends only on the events, never on the model. ``whatifs``: op-level edits of the costs
+    (`replay.whatif`), applied after costing and before scheduling.
     """
     model = model or AsMeasured()
     say = progress or (lambda _msg: None)
@@ -99,17 +102,13 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     say("costing")
     costs: EventCosts = model.cost(costing_input(events, g))
     comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64) for c in COMPONENTS}
-    dur = sum(comps.values())
+    whatif_notes: list[dict[str, object]] = []
+    if whatifs:
+        ed = apply_whatifs(events, g, comps, whatifs)
+        g, comps, whatif_notes = ed.graph, ed.comps, ed.notes
     say("scheduling")
-    s = schedule(g, dur, costs.resource, costs.resource_capacity)
     slow = float(model.overlap_slowdown())
-    if slow > 0:
-        frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
-        stretch = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
-        if stretch.any():
-            comps["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
-            dur = sum(comps.values())
-            s = schedule(g, dur, costs.resource, costs.resource_capacity)
+    s, comps = schedule_costs(events, g, comps, costs, slow)
     say("attributing")
     pt = path_tables(g, s, comps)
     steps, walks = attribute_steps(events, g, s, pt)
@@ -121,8 +120,28 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     notes = dict(g.notes)
     notes.update({"passes": s.passes, "overlap_slowdown": slow})
     notes.update({k: v for k, v in costs.notes.items()})
+    if whatif_notes:
+        notes["whatif"] = whatif_notes
     return ReplayResult(events=out_events, edges=g.edges, steps=steps, collectives=collectives,
                         summary=summary, hardware=getattr(model, "name", "custom"), notes=notes)
+
+
+def schedule_costs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray], costs: EventCosts,
+                   slow: float) -> tuple[Schedule, dict[str, np.ndarray]]:
+    """Schedule ``g`` with the cost components ``comps``; with an overlap slowdown ``slow`` > 0,
+    stretch compute overlapping communication and schedule once more (module docstring).
+    Returns the schedule and the components it used."""
+    dur = sum(comps.values())
+    s = schedule(g, dur, costs.resource, costs.resource_capacity)
+    if slow > 0:
+        frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
+        stretch = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
+        if stretch.any():
+            comps = dict(comps)
+            comps["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
+            dur = sum(comps.values())
+            s = schedule(g, dur, costs.resource, costs.resource_capacity)
+    return s, comps
 
 
 def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
