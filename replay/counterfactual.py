@@ -19,8 +19,18 @@ from replay.attribution import step_windows
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
 from replay.graph import Graph, build_graph
 from replay.run import costing_input, schedule_costs
-from replay.whatif import (Change, ChainOwners, WhatIf, apply_whatifs, chain_owners, leaf_mask,
-                           nested, parse_whatif, select)
+from replay.whatif import (
+    ChainOwners,
+    Change,
+    WhatIf,
+    apply_whatifs,
+    chain_owners,
+    leaf_mask,
+    nested,
+    parse_whatif,
+    select,
+    total_cost,
+)
 
 #: Group dimensions of the causal profile, in the order they are listed.
 GROUP_BY = ("kind", "name", "scope", "rank")
@@ -61,7 +71,7 @@ class Prepared:
     def busy(self, mask: np.ndarray) -> float:
         """Busy time (us) of the events in ``mask``: their costs where the scheduler uses them,
         plus the self time (non-wait gaps) they own on host threads."""
-        cost = sum(self.comps[c] for c in COMPONENTS)
+        cost = total_cost(self.comps)
         o = self.owners.owner
         own = self.owners.host_gap & ~self.owners.wait & (o >= 0)
         gaps = float(self.graph.gap[own][mask[o[own]]].sum())
@@ -126,7 +136,7 @@ def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[
     if "name" in by:
         names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
         ops = ~np.isin(kind, PASSIVE_KINDS) & (work | (p.events.column("depth").to_numpy() >= 0))
-        cost = sum(p.comps[c] for c in COMPONENTS) * p.leaf
+        cost = total_cost(p.comps) * p.leaf
         own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
         selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
         tot = cost + selft

@@ -34,10 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from replay.costs import COMPONENTS
 from replay.counterfactual import Prepared, measured_step_times, prepare
 from replay.graph import EDGE_CODE
-from replay.whatif import launcher, set_durations
+from replay.whatif import launcher, set_durations, total_cost
 
 #: Below this fraction of matched events two traces are taken for different programs.
 MIN_MATCHED = 0.5
@@ -283,8 +282,8 @@ def _carries(p: Prepared) -> np.ndarray:
 
 def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
     n = pb.graph.n
-    cost_b = sum(pb.comps[c] for c in COMPONENTS)
-    cost_n = sum(pn.comps[c] for c in COMPONENTS)
+    cost_b = total_cost(pb.comps)
+    cost_n = total_cost(pn.comps)
     self_b, self_n = _self_time(pb), _self_time(pn)
     kind_b = pb.events.column("kind").to_numpy(zero_copy_only=False).astype(str)
     ok = _carries(pb)[m.base] & _carries(pn)[m.new]
@@ -505,7 +504,7 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
         contributions.append((gname, cur - prev))
         prev = cur
     contributions.sort(key=lambda t: -abs(t[1]))
-    notes = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
+    notes: dict[str, object] = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
              "transplanted_costs": int(np.isfinite(tp.cost_new).sum()),
              "transplanted_self_times": int(np.isfinite(tp.self_new).sum())}
     return DiffResult(

@@ -283,6 +283,15 @@ def leaf_mask(events: pa.Table, g: Graph) -> np.ndarray:
     return leaf
 
 
+def total_cost(comps: dict[str, np.ndarray], ids: np.ndarray | None = None) -> np.ndarray:
+    """Sum of the cost components per event (of ``ids`` when given)."""
+    parts = [comps[c] if ids is None else comps[c][ids] for c in COMPONENTS]
+    out = np.zeros_like(parts[0], dtype=np.float64)
+    for part in parts:
+        out = out + part
+    return out
+
+
 @dataclass
 class Edited:
     """Costs and chain gaps after what-ifs, ready to schedule; ``notes`` per what-if."""
@@ -308,7 +317,7 @@ def set_durations(events: pa.Table, comps: dict[str, np.ndarray], ids: np.ndarra
     out = {c: v.copy() for c, v in comps.items()}
     if not len(ids):
         return out
-    tot = sum(comps[c][ids] for c in COMPONENTS)
+    tot = total_cost(comps, ids)
     pos = tot > 0
     k = np.where(pos, new / np.where(pos, tot, 1.0), 0.0)
     for c in COMPONENTS:
@@ -352,7 +361,7 @@ def apply_whatifs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray],
                 # the inside of each selected container scales with it (outermost wins)
                 k = _spread(events, g, kk, cont)
             ids = np.flatnonzero(sel & leaf)
-            tot = sum(comps[c][ids] for c in COMPONENTS)
+            tot = total_cost(comps, ids)
             comps = set_durations(events, comps, ids, ch.apply(tot))
             if ch.op == "add" and cont.any():
                 _add_trailing(g, own, gap, np.flatnonzero(cont), ch.value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import orjson
@@ -24,12 +24,12 @@ CPU = SAMPLES / "torch_cpu_dlrm"      # 2 ranks, gloo, CPU-only
 GPU = SAMPLES / "synth" / "dcnv2_train_2rank"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _events(path: str) -> pa.Table:
     return load(path).events
 
 
-@lru_cache(maxsize=None)
+@cache
 def _prepared(path: str):
     return prepare(_events(path))
 
