@@ -33,7 +33,6 @@ Example: rank 3's embedding backward 2x faster:
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -171,12 +170,36 @@ def _match_strings(col: pa.ChunkedArray | pa.Array, alts: tuple[str, ...]) -> np
     if alts[0].startswith("/"):
         rx = alts[0].strip("/")
     else:
-        rx = "|".join(f"(?:{fnmatch.translate(a)})" for a in alts)
-        rx = rx.replace(r"\Z", "$")
+        rx = "|".join(f"(?:{glob_regex(a)})" for a in alts)
     hit = pc.match_substring_regex(enc.dictionary, rx).fill_null(False)
     hit_np = np.append(hit.to_numpy(zero_copy_only=False).astype(bool), False)
     idx = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
     return hit_np[idx]
+
+
+def glob_regex(glob: str) -> str:
+    """A shell glob as an anchored RE2 regex (``*``, ``?``, ``[...]``; everything else literal)."""
+    out, i = ["^"], 0
+    while i < len(glob):
+        c = glob[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[" and "]" in glob[i + 2:] or glob[i:i + 2] == "[]":
+            j = glob.index("]", i + 2) if glob[i + 1:i + 2] in ("]", "!") else glob.index("]", i + 1)
+            body = glob[i + 1:j]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            neg = body.startswith("^")
+            body = body[1:] if neg else body
+            body = body.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+            out.append("[" + ("^" if neg else "") + body + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out) + "$"
 
 
 def _match_ints(values: np.ndarray, alts: tuple[str, ...]) -> np.ndarray:

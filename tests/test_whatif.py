@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from functools import cache
 
 import numpy as np
@@ -18,7 +19,7 @@ from mtia_trace.ingest import load
 from replay.counterfactual import causal_profile, prepare
 from replay.diff import diff_traces, match_events
 from replay.run import replay_events
-from replay.whatif import Change, WhatIf, apply_whatifs, parse_whatif, select
+from replay.whatif import Change, WhatIf, _match_strings, apply_whatifs, parse_whatif, select
 
 CPU = SAMPLES / "torch_cpu_dlrm"      # 2 ranks, gloo, CPU-only
 GPU = SAMPLES / "synth" / "dcnv2_train_2rank"
@@ -75,6 +76,16 @@ def test_bad_whatif_on_the_cli_is_one_line_exit_2(cli, tmp_path) -> None:
 
 # ---- selection and the edit ----------------------------------------------------------------------
 
+@pytest.mark.parametrize("glob", ["[[]memory]", "*Backward*", "aten::mm", "a?c", "[!a]b", "x[]]y",
+                                  "autograd::engine::evaluate_function: TBackward0", "a|b"])
+def test_globs_match_like_fnmatch(glob: str) -> None:
+    names = ["[memory]", "MmBackward0", "aten::mm", "aten::mmx", "abc", "ac", "bb", "ab", "x]y",
+             "autograd::engine::evaluate_function: TBackward0", "a", "b", "a|b"]
+    alts = (glob,) if glob != "a|b" else ("a", "b")
+    got = _match_strings(pa.array(names), alts).tolist()
+    assert got == [any(fnmatch.fnmatchcase(n, a) for a in alts) for n in names]
+
+
 def test_selectors_pick_what_they_name() -> None:
     ev = _events(str(CPU))
     g = _prepared(str(CPU)).graph
@@ -87,6 +98,8 @@ def test_selectors_pick_what_they_name() -> None:
     names = ev.column("name").to_numpy(zero_copy_only=False)
     assert inside.any() and not (names[inside] == "embedding_lookup").any()
     assert "aten::embedding_bag" in set(names[inside].tolist())
+    star = select(ev, g, parse_whatif("name=*Backward*:x2"))
+    assert star.sum() == sum("Backward" in n for n in names.tolist()) > 0
 
 
 def test_identity_whatif_changes_nothing() -> None:
