@@ -6,7 +6,7 @@ plain as-measured replay of the same trace, so the ratios are machine-independen
     python benchmarks/bench_whatif.py [--events 100000] [--top 20] [--shape cpu|synth]
 
 --shape cpu (default): the bundled torch CPU sample (2 ranks, gloo) repeated back to back to
---events; NEW is the same with every leaf op up to 20% shorter. --shape synth: `mtia-trace
+--events; NEW is BASE replayed with its embedding lookups 1.5x longer, written as a trace. --shape synth: `mtia-trace
 synth --preset dlrm-dcnv2` (--ranks, steps chosen to reach --events); NEW the same program with
 another jitter seed. A prediction is one schedule of the graph, so the figures follow the
 scheduler's speed on the trace's shape.
@@ -22,11 +22,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from mtia_trace import schema
 from mtia_trace.ingest import load
 from mtia_trace.synth import SynthOptions, synthesize
 from replay.counterfactual import causal_profile, prepare
 from replay.diff import diff_traces
 from replay.run import replay_events
+from replay.whatif import parse_whatif
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "torch_cpu_dlrm"
 
@@ -36,10 +38,22 @@ def _synth(folder: Path, ranks: int, steps: int, seed: int) -> pa.Table:
     return load(folder).events
 
 
-def tiled(events: pa.Table, n_events: int, jitter: float = 0.0, seed: int = 0) -> pa.Table:
+#: the change between BASE and NEW in the cpu shape
+NEW_CHANGE = "kind=annotation,name=embedding_lookup:x1.5"
+
+
+def as_trace(replayed: pa.Table) -> pa.Table:
+    """A replay's schedule as a measured trace (ts/dur from the replayed start/end)."""
+    cols = {f.name: replayed.column(f.name) for f in schema.EVENTS_SCHEMA}
+    start = replayed.column("start_us").to_numpy()
+    cols["ts_us"] = pa.chunked_array([start])
+    cols["dur_us"] = pa.chunked_array([replayed.column("end_us").to_numpy() - start])
+    return pa.table([cols[f.name] for f in schema.EVENTS_SCHEMA], schema=schema.EVENTS_SCHEMA)
+
+
+def tiled(events: pa.Table, n_events: int) -> pa.Table:
     """``events`` repeated back to back (steps, collective sequence numbers and ids shifted) until
-    about ``n_events``; ``jitter`` scales every duration by 1 + U(-jitter, jitter) (a second
-    run of the same program; each event still ends where its measured children let it)."""
+    about ``n_events``, in the canonical row order."""
     k = max(1, -(-n_events // events.num_rows))
     n = events.num_rows
     ts = events.column("ts_us").to_numpy()
@@ -62,16 +76,20 @@ def tiled(events: pa.Table, n_events: int, jitter: float = 0.0, seed: int = 0) -
             cols[c] = np.where(v >= 0, v + i * (int(v.max()) + 1), v)
         parts.append(pa.table(cols, schema=events.schema))
     t = pa.concat_tables(parts).combine_chunks()
-    if jitter:
-        rng = np.random.default_rng(seed)
-        # jitter leaves only: a parent's span keeps holding its children
-        leaf = np.ones(t.num_rows, dtype=bool)
-        par = t.column("parent_id").to_numpy()
-        leaf[par[par >= 0]] = False
-        d = t.column("dur_us").to_numpy()
-        f = np.where(leaf, 1.0 - jitter * rng.random(t.num_rows), 1.0)
-        t = t.set_column(t.schema.get_field_index("dur_us"), t.schema.field("dur_us"),
-                         pa.array(d * f))
+    # the canonical order (rank, track, ts, -dur), ids remapped to the new row positions
+    _, trk = np.unique(t.column("track").to_numpy(zero_copy_only=False).astype(str),
+                       return_inverse=True)
+    o = np.lexsort((-t.column("dur_us").to_numpy(), t.column("ts_us").to_numpy(), trk,
+                    t.column("rank").to_numpy()))
+    t = t.take(pa.array(o))
+    inv = np.empty(len(o), dtype=np.int64)
+    inv[o] = np.arange(len(o))
+    for c in ("parent_id", "launch_id"):
+        v = t.column(c).to_numpy()
+        t = t.set_column(t.schema.get_field_index(c), t.schema.field(c),
+                         pa.array(np.where(v >= 0, inv[np.maximum(v, 0)], v)))
+    t = t.set_column(t.schema.get_field_index("event_id"), t.schema.field("event_id"),
+                     pa.array(np.arange(len(o), dtype=np.int64)))
     return t
 
 
@@ -86,9 +104,9 @@ def main() -> None:
     if a.shape == "cpu":
         sample = load(SAMPLE).events
         base = tiled(sample, a.events)
-        new = tiled(sample, a.events, jitter=0.2, seed=1)
+        new = as_trace(replay_events(base, whatifs=[parse_whatif(NEW_CHANGE)]).events)
         print(f"trace: {SAMPLE.name} (2 ranks, gloo, CPU) tiled to {base.num_rows:,} events; "
-              "NEW: leaf durations shortened by U(0, 20%)")
+              f"NEW: BASE replayed with --whatif '{NEW_CHANGE}', as a trace")
     else:
         with tempfile.TemporaryDirectory() as tmp:
             probe = _synth(Path(tmp) / "probe", a.ranks, 1, 0)
