@@ -284,3 +284,10 @@ def test_diff_cli_json_and_different_programs(cli) -> None:
     assert d["error"] == pytest.approx(0.0, abs=1e-9)
     code, out, err = cli("diff", CPU, GPU, "-q")
     assert code == 2 and err.count("\n") == 1 and "different programs" in err
+
+
+def test_report_lists_the_whatifs(cli, tmp_path) -> None:
+    assert cli("replay", CPU, "--whatif", "kind=gemm:x0.5", "--out", tmp_path / "r", "-q")[0] == 0
+    code, out, err = cli("report", tmp_path / "r")
+    assert code == 0, err
+    assert "kind=gemm:x0.5" in out
