@@ -107,7 +107,7 @@ def file_facts(trace: object) -> list[dict]:
 def _options_meta(hw: str, opts: ReplayOptions) -> dict:
     return {"hw": hw, "mode": opts.mode.value, "loss_rate": opts.loss_rate, "seed": opts.seed,
             "overrides": list(opts.overrides), "source_hw": opts.source_hw,
-            "whatif": list(opts.whatifs)}
+            "whatif": list(opts.whatifs) or None}
 
 
 def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,

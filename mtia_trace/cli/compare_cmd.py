@@ -64,8 +64,7 @@ def _replay_pair(trace: Path, hws: list[str], progress: Progress,
 
 
 def _trace_hashes(run: RunData) -> set[str]:
-    return {str(t.get("sha256")) for t in (run.meta.get("traces") or [])
-            if isinstance(t, dict) and t.get("sha256")}
+    return {t.sha256 for t in run.meta.traces if t.sha256}
 
 
 def compare(
