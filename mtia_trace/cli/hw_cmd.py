@@ -3,17 +3,24 @@ price collectives nccl-tests style (`hw collective`)."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 import textwrap
 from enum import Enum
 
-import pyarrow as pa
 import typer
 
-from mtia_trace.cli.output import Format, render
 from mtia_trace.errors import UsageError
-from replay.hardware import list_specs, load_spec, model_for
-from replay.hardware.collectives import NCCL_TESTS_OPS, collective_differences, nccl_tests_rows
+from replay.hardware import (
+    NCCL_TESTS_OPS,
+    collective_differences,
+    collective_rows,
+    list_specs,
+    load_spec,
+    model_for,
+)
 
 app = typer.Typer(help="Hardware specs: list them, show one with sources and confidence.",
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
@@ -141,13 +148,30 @@ def collective(
     if ranks_per_node is not None:
         sets.append(f"network.ranks_per_node={ranks_per_node}")
     spec = load_spec(spec_name, sets)
-    rows = nccl_tests_rows(spec, op, ranks, parse_sizes(sizes))
-    table = pa.table({
-        "bytes": pa.array([r.bytes for r in rows], pa.int64()),
-        "time_us": [r.time_us for r in rows],
-        "algbw_GBps": [r.algbw_GBps for r in rows],
-        "busbw_GBps": [r.busbw_GBps for r in rows],
-        "algorithm": [r.algorithm for r in rows],
-        "protocol": [r.protocol for r in rows],
-    })
-    typer.echo(render(table, Format(fmt.value)), nl=False)
+    rows = [dict(zip(_COLUMNS, (r.bytes, r.time_us, r.algbw_GBps, r.busbw_GBps, r.algorithm,
+                                r.protocol)))
+            for r in collective_rows(spec, op, ranks, parse_sizes(sizes))]
+    if fmt is CollectiveFormat.json:
+        typer.echo(json.dumps(rows))
+    elif fmt is CollectiveFormat.csv:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        typer.echo(buf.getvalue(), nl=False)
+    else:
+        cells = [[_fmt(r[c]) for c in _COLUMNS] for r in rows]
+        width = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(_COLUMNS)]
+        line = lambda xs: "  ".join(x.rjust(w) if i < 4 else x.ljust(w)  # noqa: E731
+                                    for i, (x, w) in enumerate(zip(xs, width))).rstrip()
+        typer.echo("\n".join([line(list(_COLUMNS)), line(["-" * w for w in width]),
+                              *(line(x) for x in cells)]))
+
+
+_COLUMNS = ("bytes", "time_us", "algbw_GBps", "busbw_GBps", "algorithm", "protocol")
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e-3 and v != 0 else f"{v:,.3f}".rstrip("0").rstrip(".")
+    return str(v)

@@ -86,8 +86,6 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", 
        "barrier", "unknown")
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical", "direct")
 PROTOCOLS = ("ll", "ll128", "simple")
-#: collectives `hw collective` and the nccl-tests tables speak of
-NCCL_TESTS_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 # NCCL constants that are part of the algorithm rather than the hardware (tuning.cc, search.cc)
 _LL_FRACTION = 0.5            # LL: 8-byte stores carry 4 data bytes
@@ -495,8 +493,8 @@ def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int]) -
     """Predicted nccl-tests rows for ``op`` over ``ranks`` contiguous ranks (node-major, the
     spec's ``network.ranks_per_node`` per node): size as nccl-tests prints it (the whole buffer
     for all_gather / reduce_scatter), algbw = size / time, busbw = algbw x `busbw_factor`."""
-    if op not in NCCL_TESTS_OPS:
-        raise ValueError(f"op {op!r}: one of {', '.join(NCCL_TESTS_OPS)}")
+    if op not in OPS:
+        raise ValueError(f"op {op!r}: one of {', '.join(OPS)}")
     k = len(sizes)
     b = np.asarray(sizes, dtype=np.float64)
     c = collective_costs(spec, np.full(k, OPS.index(op)), b, b, np.full(k, ranks))
