@@ -17,6 +17,7 @@ import pyarrow as pa
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import file_facts
 from mtia_trace.storage import TABLES, check_destination, write_run
+from replay.whatif import parse_whatifs
 
 AS_MEASURED = "as-measured"
 
@@ -41,6 +42,8 @@ class ReplayOptions:
     #: Dask: address of an existing scheduler, or the number of local workers to start
     scheduler: str | None = None
     workers: int | None = None
+    #: op-level what-ifs, ``SELECTOR:CHANGE`` (replay.whatif)
+    whatifs: list[str] = field(default_factory=list)
 
 
 def trace_stem(path: Path) -> str:
@@ -88,7 +91,8 @@ def cost_model(hw: str, opts: ReplayOptions) -> tuple[object, dict, dict]:
 
 def _options_meta(hw: str, opts: ReplayOptions) -> dict:
     return {"hw": hw, "mode": opts.mode.value, "loss_rate": opts.loss_rate, "seed": opts.seed,
-            "overrides": list(opts.overrides), "source_hw": opts.source_hw}
+            "overrides": list(opts.overrides), "source_hw": opts.source_hw,
+            "whatif": list(opts.whatifs) or None}
 
 
 def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
@@ -103,7 +107,11 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
     for d in dests.values():
         check_destination(d, opts.force)
     models = {h: cost_model(h, opts) for h in opts.hws}
+    whatifs = parse_whatifs(opts.whatifs)
     if opts.scheduler or opts.workers:
+        if whatifs:
+            raise UsageError("--whatif: not yet applied on Dask workers; replay what-ifs "
+                             "without --scheduler/--workers")
         return _replay_distributed(trace, dests, models, opts, say)
 
     from mtia_trace.ingest import load
@@ -127,7 +135,7 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
         model, spec, assumed = models[h]
         say(f"replaying on {h}")
         t0 = time.perf_counter()
-        result = replay_events(events, model, progress=say)
+        result = replay_events(events, model, progress=say, whatifs=whatifs)
         t_replay = time.perf_counter() - t0
         say(f"writing {dests[h]}")
         meta = {

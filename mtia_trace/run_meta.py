@@ -48,6 +48,8 @@ class RunOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     seed: int | None = None
     overrides: list[str] | None = None
     source_hw: str | None = None
+    #: op-level what-ifs applied before scheduling (``SELECTOR:CHANGE``, `replay.whatif`)
+    whatif: list[str] | None = None
 
 
 class Assumptions(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -154,6 +154,19 @@ def stretch(events: pa.Table, s: Schedule, c: Costed, slow: float,
     return dataclasses.replace(c, comps=comps, stretched=True)
 
 
+def schedule_costs(events: pa.Table, g: Graph, c: Costed, slow: float,
+                   local: np.ndarray | None = None) -> tuple[Schedule, Costed]:
+    """The ``schedule`` and ``overlap`` stages together: schedule, stretch compute overlapping
+    communication by ``slow``, and schedule once more when anything was stretched. Returns the
+    schedule and the costs it used."""
+    s = run_schedule(g, c)
+    stretched = stretch(events, s, c, slow, local)
+    if stretched is not None:
+        c = stretched
+        s = run_schedule(g, c)
+    return s, c
+
+
 @dataclass
 class Attributed:
     """Output of the ``attribute`` stage."""

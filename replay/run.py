@@ -11,6 +11,7 @@ measured trace, so it is not counted twice (`replay.hardware.model`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -20,17 +21,20 @@ from replay import pipeline
 from replay.costs import AsMeasured, CostModel
 from replay.graph import Graph, build_graph
 from replay.result import ReplayResult
+from replay.whatif import WhatIf, apply_whatifs
 
 
 def replay_events(events: pa.Table, model: CostModel | None = None, *,
                   progress: Callable[[str], None] | None = None,
                   max_ready_lag_us: float | None = None, graph: Graph | None = None,
-                  strict: bool = False) -> ReplayResult:
+                  strict: bool = False, whatifs: list[WhatIf] | None = None) -> ReplayResult:
     """Replay ``events`` (schema.EVENTS_SCHEMA) on ``model`` (default: as measured).
 
     ``graph``: the prebuilt `build_graph(events)` (a sweep replays one trace many times); it
     depends only on the events, never on the model. ``strict``: device ready lags are the
     modelled launch latencies only, their unexplained part dropped (`pipeline.modelled_lags`).
+    ``whatifs``: op-level edits of the costs (`replay.whatif`), applied after costing and before
+    scheduling.
     """
     model = model or AsMeasured()
     say = progress or (lambda _msg: None)
@@ -46,13 +50,13 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
                                           strict=strict)
     say("costing")
     c = pipeline.cost(events, g, model)
+    whatif_notes: list[dict[str, object]] = []
+    if whatifs:
+        ed = apply_whatifs(events, g, c.comps, whatifs)
+        g, c, whatif_notes = ed.graph, dataclasses.replace(c, comps=ed.comps), ed.notes
     say("scheduling")
-    s = pipeline.run_schedule(g, c)
     slow = float(model.overlap_slowdown())
-    stretched = pipeline.stretch(events, s, c, slow)
-    if stretched is not None:
-        c = stretched
-        s = pipeline.run_schedule(g, c)
+    s, c = pipeline.schedule_costs(events, g, c, slow)
     say("attributing")
     a = pipeline.attribute(events, g, s, c.comps)
     members = np.flatnonzero(g.coll_group >= 0)
@@ -62,5 +66,7 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
     notes.update(lag_notes)
     notes.update({"passes": s.passes, "overlap_slowdown": slow})
     notes.update(c.notes)
+    if whatif_notes:
+        notes["whatif"] = whatif_notes
     return ReplayResult(events=a.events, edges=g.edges, steps=a.steps, collectives=collectives,
                         summary=a.summary, hardware=getattr(model, "name", "custom"), notes=notes)

@@ -1,6 +1,7 @@
 """What-if sweeps: replay one trace on a grid of spec overrides, one row per grid point.
 
-``--vary comm.message_engines=4,8,16`` gives one axis; several axes form their product. Every
+``--vary comm.message_engines=4,8,16`` gives one axis; several axes form their product;
+``--whatif`` adds an axis of op-level what-ifs (none first). Every
 point is validated before any replay runs, so a typo fails fast with the spec's one-line error.
 """
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 from mtia_trace.errors import UsageError
 from mtia_trace.schema import ATTRIBUTION
 from replay.hardware import load_spec, model_for
+from replay.whatif import WhatIf, parse_whatifs
 
 #: Grid size beyond which a sweep is refused (each point is a full replay).
 MAX_POINTS = 4096
@@ -57,28 +59,42 @@ def step_means(steps: pa.Table) -> dict[str, float]:
 
 def sweep(events: pa.Table, hw: str, axes: list[tuple[str, list[str]]],
           base_overrides: list[str] | None = None, *, mode: str = "auto",
-          loss_rate: float = 0.0, seed: int = 0,
+          loss_rate: float = 0.0, seed: int = 0, whatifs: list[str] | None = None,
           progress: Callable[[str], None] | None = None) -> pa.Table:
-    """Replay ``events`` at every grid point; returns one row per point."""
+    """Replay ``events`` at every grid point; returns one row per point.
+
+    ``whatifs``: an extra axis ``whatif`` whose values are no what-if (``none``, first) and each
+    ``SELECTOR:CHANGE`` given (`replay.whatif`)."""
     from replay.graph import build_graph
     from replay.run import replay_events
 
     base = list(base_overrides or [])
-    points = grid(axes)
-    specs = [load_spec(hw, base + p) for p in points]  # validate the whole grid first
+    spec_points = grid(axes)
+    wi_axis: list[WhatIf | None] = [None, *parse_whatifs(whatifs)] if whatifs else [None]
+    if len(spec_points) * len(wi_axis) > MAX_POINTS:
+        raise UsageError(f"--vary/--whatif: {len(spec_points) * len(wi_axis)} grid points; at "
+                         f"most {MAX_POINTS}, vary fewer values")
+    points = [(p, w) for p in spec_points for w in wi_axis]
+    specs = {tuple(p): load_spec(hw, base + p) for p in spec_points}  # validate the grid first
     rows: dict[str, list] = {"point": [], "hw": []}
     for k, _ in axes:
         rows[k] = []
+    if whatifs:
+        rows["whatif"] = []
     graph = build_graph(events)  # the graph depends on the trace only: built once per sweep
-    for i, (p, spec) in enumerate(zip(points, specs)):
+    for i, (p, w) in enumerate(points):
+        spec = specs[tuple(p)]
         if progress:
-            progress(f"point {i + 1}/{len(points)}: {' '.join(p) or '(base spec)'}")
+            label = " ".join(p + ([w.text] if w else [])) or "(base spec)"
+            progress(f"point {i + 1}/{len(points)}: {label}")
         result = replay_events(events, model_for(spec, mode=mode, loss_rate=loss_rate, seed=seed),
-                               graph=graph)
+                               graph=graph, whatifs=[w] if w else None)
         rows["point"].append(i)
         rows["hw"].append(spec.name)
         for (k, _), item in zip(axes, p):
             rows[k].append(item.partition("=")[2])
+        if whatifs:
+            rows["whatif"].append(w.text if w else "none")
         for name, value in step_means(result.steps).items():
             rows.setdefault(name, []).append(value)
     table = pa.table(rows)

@@ -42,6 +42,10 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ("sweep", "sweep_cmd", "sweep",
      "Replay a trace at every point of a grid of spec values; print and store step time and\n"
      "attribution (mean over ranks and steps, us) per point."),
+    ("whatif", "whatif_cmd", "whatif",
+     "Causal profile: the op groups that would shorten the step most if they were faster."),
+    ("diff", "diff_cmd", "diff",
+     "Causal diff of two traces of the same program (a regression, a config change)."),
     ("synth", "synth_cmd", "synth",
      "Generate synthetic DLRM-style training or inference traces, one Kineto file per rank."),
     ("export", "export_cmd", "export",

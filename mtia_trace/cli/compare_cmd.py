@@ -18,7 +18,7 @@ from analyzers.report.compare import (
     render_compare_markdown,
 )
 from analyzers.report.run_data import RunData, load_run
-from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
+from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION, WHATIF_OPTION
 from mtia_trace.cli.report_cmd import write_output
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import BaselineMissingError, UsageError
@@ -39,8 +39,20 @@ def _load_baseline(path: Path) -> RunData:
     return load_run(path)
 
 
-def _replay_pair(trace: Path, hws: list[str], progress: Progress) -> tuple[RunData, RunData]:
-    """Replay ``trace`` on both specs into a temporary folder and load both runs."""
+def _replay_pair(trace: Path, hws: list[str], progress: Progress,
+                 whatifs: list[str] | None = None) -> tuple[RunData, RunData]:
+    """Replay ``trace`` on both specs into a temporary folder and load both runs; with
+    ``whatifs``, the second run (on the second spec, or the same one) has them applied."""
+    if whatifs:
+        hws = [hws[0], hws[-1]]
+        progress.update(f"replaying on {hws[0]} and with {len(whatifs)} what-if(s)", advance=0)
+        with tempfile.TemporaryDirectory(prefix="mtia-trace-compare-") as tmp:
+            d0 = destinations(trace, [hws[0]], Path(tmp) / "base")
+            d1 = destinations(trace, [hws[1]], Path(tmp) / "whatif")
+            replay_trace(trace, d0, ReplayOptions(hws=[hws[0]]), progress=progress)
+            replay_trace(trace, d1, ReplayOptions(hws=[hws[1]], whatifs=list(whatifs)),
+                         progress=progress)
+            return load_run(d0[hws[0]]), load_run(d1[hws[1]])
     if hws[0] == hws[1]:
         raise UsageError(f"--hw {hws[0]} given twice; pass two different specs, baseline first")
     progress.update(f"replaying on {' and '.join(hws)}", advance=0)
@@ -49,6 +61,10 @@ def _replay_pair(trace: Path, hws: list[str], progress: Progress) -> tuple[RunDa
         replay_trace(trace, dests, ReplayOptions(hws=hws), progress=progress)
         base, new = (load_run(dests[h]) for h in hws)
     return base, new
+
+
+def _trace_hashes(run: RunData) -> set[str]:
+    return {t.sha256 for t in run.meta.traces if t.sha256}
 
 
 def compare(
@@ -64,10 +80,15 @@ def compare(
                                   help="Regression when the metric grows by more than this."),
     fmt: CompareFormat = typer.Option(CompareFormat.md, "--format", "-f", help="Output format."),
     output: Path = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
+    whatif: list[str] = WHATIF_OPTION,
     force: bool = FORCE_OPTION,
     quiet: bool = QUIET_OPTION,
 ) -> None:
     """Compare two runs: per-component deltas and ratios, largest changes first.
+
+    With one TRACE and --whatif, the baseline is the trace replayed as is (on --hw, default
+    as-measured) and the new run the same replay with the what-ifs applied (with two --hw, on
+    the second spec).
 
     Exit codes: 0 no regression, 1 the metric regressed past --threshold, 2 bad input,
     3 baseline run missing. Markdown fits a CI job summary ($GITHUB_STEP_SUMMARY).
@@ -79,19 +100,26 @@ def compare(
     check_metric(metric)
     limit = parse_threshold(threshold)
     with Progress("compare", quiet=quiet) as p:
-        if len(inputs) == 2 and not hw:
+        if len(inputs) == 2 and not hw and not whatif:
             base = _load_baseline(inputs[0])
             p.update("reading runs", advance=0)
             new = load_run(inputs[1])
-        elif len(inputs) == 1 and len(hw) == 2:
+            hb, hn = _trace_hashes(base), _trace_hashes(new)
+            if hb and hn and hb != hn and not quiet:
+                typer.echo(f"mtia-trace: note: {inputs[0]} and {inputs[1]} replay different "
+                           "traces; this compares their replays. To find what changed the step "
+                           "between two traces of one program, run `mtia-trace diff BASE_TRACE "
+                           "NEW_TRACE`", err=True)
+        elif len(inputs) == 1 and (len(hw) == 2 or (whatif and len(hw) <= 1)):
             if not inputs[0].exists():
                 raise UsageError(f"{inputs[0]}: trace not found; pass a Kineto trace file or "
                                  "folder to replay on both --hw specs")
-            base, new = _replay_pair(inputs[0], hw, p)
+            hws = list(hw) or ["as-measured"]
+            base, new = _replay_pair(inputs[0], hws, p, list(whatif or []))
         else:
             raise UsageError(
                 f"compare: got {len(inputs)} path(s) and {len(hw)} --hw; pass BASELINE NEW "
-                "(two runs) or TRACE --hw A --hw B")
+                "(two runs), TRACE --hw A --hw B, or TRACE [--hw A] --whatif SELECTOR:CHANGE")
         result = compare_runs(base, new, metric=metric, threshold=limit)
     if fmt is CompareFormat.json:
         text = (orjson.dumps(compare_dict(result), option=orjson.OPT_INDENT_2) + b"\n").decode()

@@ -16,3 +16,8 @@ SOURCE_HW_OPTION = typer.Option(None, "--source-hw", help="Hardware the trace wa
 #: For commands that write one output file (report, export, compare -o).
 QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress output on a terminal.")
 FORCE_OPTION = typer.Option(False, "--force", help="Overwrite the output file if it exists.")
+WHATIF_OPTION = typer.Option(
+    None, "--whatif", metavar="SELECTOR:CHANGE",
+    help="Op-level what-if applied to costs before scheduling (repeatable), e.g. "
+         "'rank=3,kind=embedding,scope=*backward*:x0.5', 'name=aten::mm:-20%', "
+         "'name=data_wait:=0us', 'kind=gemm:+5ms'. See docs/whatif.md.")

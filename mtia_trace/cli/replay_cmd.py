@@ -15,6 +15,7 @@ from mtia_trace.cli.options import (
     SET_OPTION,
     SOURCE_HW_OPTION,
     TRACE_ARGUMENT,
+    WHATIF_OPTION,
 )
 from mtia_trace.cli.output import render_table
 from mtia_trace.progress import Progress
@@ -57,6 +58,7 @@ def replay(
                                  ".toml path; repeat or comma-separate for several "
                                  "(default: as-measured)."),
     overrides: list[str] = SET_OPTION,
+    whatif: list[str] = WHATIF_OPTION,
     mode: Mode = typer.Option(Mode.auto, "--mode", help="Compute costing: roofline from "
                               "flops/bytes, scaled from measured times, or auto."),
     loss_rate: float = LOSS_RATE_OPTION,
@@ -81,7 +83,7 @@ def replay(
     hws = split_hw(hw)
     opts = ReplayOptions(hws=hws, overrides=list(overrides or []), mode=mode, loss_rate=loss_rate,
                          seed=seed, source_hw=source_hw, force=force, scheduler=scheduler,
-                         workers=workers)
+                         workers=workers, whatifs=list(whatif or []))
     dests = destinations(trace, hws, out)
     with Progress("replay", quiet=quiet) as progress:
         steps = replay_trace(trace, dests, opts, progress=progress,

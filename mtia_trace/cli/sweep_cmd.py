@@ -22,8 +22,12 @@ from replay.sweep import sweep as run_sweep
 def sweep(
     trace: Path = TRACE_ARGUMENT,
     hw: str = typer.Option(..., "--hw", help="Target hardware: a bundled spec name or a .toml path."),
-    vary: list[str] = typer.Option(..., "--vary", metavar="KEY=V1,V2,...",
+    vary: list[str] = typer.Option(None, "--vary", metavar="KEY=V1,V2,...",
                                    help="A spec key and its values (repeatable; axes multiply)."),
+    whatif: list[str] = typer.Option(
+        None, "--whatif", metavar="SELECTOR:CHANGE",
+        help="One value of the what-if axis (repeatable; the axis starts with no what-if), "
+             "e.g. 'kind=embedding:x0.5'."),
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                         help="Fixed override applied at every point (repeatable)."),
     mode: str = typer.Option("auto", "--mode", help="Compute costing: auto, roofline or scaled."),
@@ -38,11 +42,16 @@ def sweep(
     """Replay a trace at every point of a grid of spec values; print and store step time and
     attribution (mean over ranks and steps, us) per point.
 
+    --whatif adds an axis of op-level what-ifs (its first value is no what-if).
+
     Example: mtia-trace sweep trace_dir --hw mtia300 --vary comm.message_engines=4,8,16,32
     """
     if mode not in ("auto", "roofline", "scaled"):
         raise UsageError(f"--mode {mode}: use auto, roofline or scaled")
-    axes = parse_vary(list(vary))
+    if not vary and not whatif:
+        raise UsageError("sweep: nothing to vary; pass --vary KEY=V1,V2,... and/or "
+                         "--whatif SELECTOR:CHANGE")
+    axes = parse_vary(list(vary or []))
     label = Path(hw).stem if hw.endswith(".toml") else hw
     dest = out if out is not None else Path("runs") / f"{trace_stem(trace)}-{label}-sweep.parquet"
     check_file(dest, force=force, flag="--out")
@@ -51,7 +60,7 @@ def sweep(
     events, src, why = with_source(load(trace), source_hw)
     progress(f"source hardware: {src or 'unknown'} ({why})")
     table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
-                      seed=seed, progress=progress)
+                      seed=seed, whatifs=list(whatif or []), progress=progress)
     progress.close()
     write_with(dest, lambda tmp: pq.write_table(table, tmp), force=force, flag="--out")
     if not quiet:

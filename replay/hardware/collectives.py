@@ -28,11 +28,13 @@ Algorithms:
 - ``tree`` (AllReduce): a binary tree inside the node and a double binary tree across nodes,
   ``busbw = min(0.92 B_ring, channels x tree cap)``, LL at 1/3.8 of it (capped at the LL
   maximum), LL128 at 7/9 (one node) or 120/128 (capped per channel), algbw = 0.5 busbw x NCCL's
-  tree correction factor by size; latency ``base + 2(log2 L x intra + log2 N x inter)``. NCCL's
-  tuner counts L-1 chain steps inside a node; log2 L levels are used here so that a group in
-  one large rack is never slower than the same group split over smaller racks (3 levels where
-  NCCL counts 7 steps on an 8-GPU node: 4.8 us less at LL). Per-node-count caps are taken
-  non-increasing in N.
+  tree correction factor by size; latency ``base + 2(levels_in x intra + levels_out x inter)``
+  with ceil(log2 p) levels in all, ceil(log2 N) of them across nodes. NCCL's tuner counts L-1
+  chain steps inside a node and floor(log2 N) levels across nodes; a binary tree over the
+  ranks is used here so that a group in one large rack is never slower than the same group
+  split over smaller racks (3 levels where NCCL counts 7 steps on an 8-GPU node: 4.8 us less
+  at LL; one more level on 3, 5-7, ... nodes). Per-node-count caps are taken non-increasing in
+  N, and LL128's tree factor is NCCL's one-node 7/9 everywhere (NCCL: 120/128 across nodes).
 - ``nvls`` / ``nvls_tree`` (AllReduce; NVLS also ReduceScatter/AllGather on one node), only
   where the spec has NVSwitch reduction (``comm.nvls_efficiency`` > 0), Simple only: NVLS
   channels = min(L, 32) pulling from the switch, the per-channel NVLink bandwidth taken to
@@ -40,14 +42,15 @@ Algorithms:
   efficiency and (channels-1)/channels, x2 for AllReduce (two pipelined operations) or x(L-1)/L;
   NVLS-tree is further capped by the per-channel NIC step (x2 on two nodes) and the NVLS-tree
   per-channel cap. Latency: the NVLS step (+ 2 log2 N inter steps for the tree).
+- NVLS across nodes needs CollNet in NCCL and is not modelled (NVLS-tree is).
 - ``collnet`` (AllReduce, where ``comm.collnet`` is set: in-network reduction such as IB SHARP):
   CollNet chain, ``algbw = 0.5 x B_ring``, latency ``2(L-1) intra + inter``.
 - ``hierarchical`` (across nodes; only when ``comm.algorithm`` names it, as NCCL's tuner never
   runs it): in-node ReduceScatter + cross-node ring on the 1/L shard
   over each rank's own NIC + in-node AllGather, phases in sequence.
 - ``direct`` (AllToAll, send/recv): every peer progressed at once over its own channels, so the
-  latency is one step per link class crossed (not one per peer) and the in-node and off-node
-  parts move concurrently; each NIC message costs a post (``comm.post_us``, serial on the
+  latency is one step of the slowest link class crossed (not one per peer) and the in-node and
+  off-node parts move concurrently (a protocol cap bounds them together); each NIC message costs a post (``comm.post_us``, serial on the
   posting agent: the GPU's proxy thread or MTIA's message engine), returned as ``post_us``.
 
 Protocols (every algorithm except NVLS/CollNet takes all three): ``simple`` at the link
@@ -83,8 +86,6 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", 
        "barrier", "unknown")
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical", "direct")
 PROTOCOLS = ("ll", "ll128", "simple")
-#: collectives `hw collective` and the nccl-tests tables speak of
-NCCL_TESTS_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 
 # NCCL constants that are part of the algorithm rather than the hardware (tuning.cc, search.cc)
 _LL_FRACTION = 0.5            # LL: 8-byte stores carry 4 data bytes
@@ -181,7 +182,6 @@ class Tuning:
     tree_ll128_channel: tuple[float, float, float]
     nvls_efficiency: float
     nvls_us: float
-    nvls_inter_us: float
     nvls_tree_inter_us: float
     nvls_tree_channel: tuple[float, float]  # 2 nodes, >2 nodes
     collnet: bool
@@ -232,11 +232,11 @@ class Tuning:
                                     "comm.tree_ll128_channel_2node_GBps",
                                     "comm.tree_ll128_channel_GBps"),  # type: ignore[arg-type]
             nvls_efficiency=opt("comm.nvls_efficiency"),
-            nvls_us=opt("network.nvls_us"), nvls_inter_us=opt("network.nvls_inter_us"),
+            nvls_us=opt("network.nvls_us"),
             nvls_tree_inter_us=opt("network.nvls_tree_inter_us"),
             nvls_tree_channel=(opt("comm.nvls_tree_channel_2node_GBps") * 1e3,
                                opt("comm.nvls_tree_channel_GBps") * 1e3),
-            collnet=bool(v("comm.collnet")),
+            collnet=bool(spec.get("comm.collnet", False)),
             collnet_intra_us=opt("network.collnet_intra_us"),
             collnet_inter_us=opt("network.collnet_inter_us"),
             post_us=f("comm.post_us"), plateau=f("comm.ring_plateau"),
@@ -286,6 +286,12 @@ def _step_down(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 def _log2i(x: np.ndarray) -> np.ndarray:
     return np.floor(np.log2(np.maximum(x, 1.0)))
+
+
+def _log2c(x: np.ndarray) -> np.ndarray:
+    """Tree depth: ceil(log2 x); ceil(log2 L) + ceil(log2 N) >= ceil(log2 LN), so splitting a
+    group over more, smaller nodes never shortens its tree."""
+    return np.ceil(np.log2(np.maximum(x, 1.0)))
 
 
 def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
@@ -371,13 +377,16 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
         if proto == "ll":
             bus = np.minimum(bus / _TREE_LL_DIVISOR, np.take(t.ll_max, idx))
         elif proto == "ll128":
-            bus = np.minimum(bus * np.where(N <= 1, 7.0 / 9.0, 120.0 / 128.0),
-                             t.channels * np.take(t.tree_ll128_channel, idx))
+            # NCCL: 7/9 on one node, 120/128 across nodes; the one-node factor bounds both here
+            # so that spreading over more nodes never raises the bandwidth
+            bus = np.minimum(bus * 7.0 / 9.0, t.channels * np.take(t.tree_ll128_channel, idx))
         corr = np.where((log_size >= 0) & (log_size < 23),
                         _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
         algbw = 0.5 * bus * corr
-        lat = t.base[("tree", proto)] + 2 * (_log2i(L) * t.intra[("tree", proto)]
-                                             + _log2i(N) * t.inter[("tree", proto)])
+        levels_o = _log2c(N)
+        levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
+        lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
+                                             + levels_o * t.inter[("tree", proto)])
         cands.append(("tree", proto, np.where(ar, lat + np.maximum(size / algbw, t_red), inf),
                       zero))
         # hierarchical: in-node RS + cross-node ring on the 1/L shard + in-node AG
@@ -393,9 +402,11 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
                       zero))
         # direct: all peers at once; in-node and off-node parts concurrently
         wi, wo = (L - 1) / p * size, (p - L) / p * size
-        wire = np.maximum(wi / hi, wo / ho)
-        lat = (t.base[("ring", proto)] + np.where(L > 1, t.intra[("ring", proto)], 0.0)
-               + np.where(multi, t.inter[("ring", proto)], 0.0))
+        # the protocol's own rate cap (LL, LL128) bounds both link classes together
+        cap = _proto_bw(t, np.full(k, np.inf), proto, idx)
+        wire = np.maximum(np.maximum(wi / hi, wo / ho), (wi + wo) / cap)
+        lat = t.base[("ring", proto)] + np.maximum(np.where(L > 1, t.intra[("ring", proto)], 0.0),
+                                                   np.where(multi, t.inter[("ring", proto)], 0.0))
         p2p_t = np.where(multi, t.inter[("ring", proto)] + size / ho,
                          t.intra[("ring", proto)] + size / hi)
         time = np.where(is_["p2p"], p2p_t, lat + wire)
@@ -424,28 +435,30 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
         ok = ar & multi
         cands.append(("collnet", "simple", np.where(ok, lat + size / algbw, inf), zero))
 
-    # auto: NCCL's algorithms; hierarchical only when named (no NCCL-style tuner runs it)
-    allowed = [c for c in cands
-               if (t.algorithm == c[0] or c[0] == "direct"
-                   or (t.algorithm == "auto" and c[0] != "hierarchical"))
-               and t.protocol in ("auto", c[1])]
-    times = np.stack([c[2] + c[3] for c in allowed])
-    best = np.argmin(times, axis=0)
-    # a forced algorithm that does not apply to an event falls back to the cheapest one that does
-    none = ~np.isfinite(times[best, np.arange(k)])
-    if none.any():
-        every = np.stack([c[2] + c[3] for c in cands])
-        alt = np.argmin(every, axis=0)
-        pick = [allowed[i] for i in best]
-        chosen = [cands[alt[j]] if none[j] else pick[j] for j in range(k)]
-    else:
-        chosen = [allowed[i] for i in best]
-    ai = np.array([ALGORITHMS.index(c[0]) for c in chosen], dtype=np.int64)
-    pi = np.array([PROTOCOLS.index(c[1]) for c in chosen], dtype=np.int64)
-    lut = {(c[0], c[1]): j for j, c in enumerate(cands)}
-    row = np.array([lut[(c[0], c[1])] for c in chosen], dtype=np.int64)
-    coll = np.stack([c[2] for c in cands])[row, np.arange(k)] if k else zero
-    post = np.stack([c[3] for c in cands])[row, np.arange(k)] if k else zero
+    # auto: NCCL's algorithms; hierarchical only when named (no NCCL-style tuner runs it).
+    # A named algorithm or protocol that does not apply to an event (a tree for an all-gather,
+    # LL for NVLS) leaves that event to auto.
+    ar_ = np.arange(k)
+    trans = np.stack([c[2] for c in cands])
+    posts = np.stack([c[3] for c in cands])
+    total = trans + posts
+    auto = np.array([c[0] != "hierarchical" for c in cands])
+    named = np.array([(t.algorithm == c[0] or c[0] == "direct"
+                       or (t.algorithm == "auto" and c[0] != "hierarchical"))
+                      and t.protocol in ("auto", c[1]) for c in cands])
+
+    def pick(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        tt = np.where(mask[:, None], total, np.inf)
+        b = np.argmin(tt, axis=0)
+        return b, np.isfinite(tt[b, ar_])
+
+    best, ok_best = pick(named)
+    alt, _ = pick(auto)
+    row = np.where(ok_best, best, alt)
+    ai = np.array([ALGORITHMS.index(c[0]) for c in cands], dtype=np.int64)[row]
+    pi = np.array([PROTOCOLS.index(c[1]) for c in cands], dtype=np.int64)[row]
+    coll = trans[row, ar_]
+    post = posts[row, ar_]
     coll = np.where(np.isfinite(coll), coll, 0.0)
     nic_b = np.where(direct, np.where(is_["p2p"], np.where(multi | t.via_nic, size, 0.0),
                                       (p - L) / p * size
@@ -480,8 +493,8 @@ def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int]) -
     """Predicted nccl-tests rows for ``op`` over ``ranks`` contiguous ranks (node-major, the
     spec's ``network.ranks_per_node`` per node): size as nccl-tests prints it (the whole buffer
     for all_gather / reduce_scatter), algbw = size / time, busbw = algbw x `busbw_factor`."""
-    if op not in NCCL_TESTS_OPS:
-        raise ValueError(f"op {op!r}: one of {', '.join(NCCL_TESTS_OPS)}")
+    if op not in OPS:
+        raise ValueError(f"op {op!r}: one of {', '.join(OPS)}")
     k = len(sizes)
     b = np.asarray(sizes, dtype=np.float64)
     c = collective_costs(spec, np.full(k, OPS.index(op)), b, b, np.full(k, ranks))
@@ -490,3 +503,29 @@ def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int]) -
     f = busbw_factor(op, ranks)
     return [TableRow(int(s), float(ti), float(a), float(a * f), ALGORITHMS[ai], PROTOCOLS[pi])
             for s, ti, a, ai, pi in zip(sizes, t, algbw, c.algorithm, c.protocol)]
+
+
+#: spec keys the collective model reads beyond the per-protocol latencies (for `hw show --vs`)
+_MODEL_KEYS = ("network.ranks_per_node", "network.intra_node_GBps", "network.inter_node_GBps",
+               "network.intra_node_via_nic", "comm.intra_efficiency", "comm.inter_efficiency",
+               "comm.post_us", "comm.channels", "comm.path", "comm.reduction_GBps",
+               "comm.message_engines", "comm.engines_per_collective",
+               "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.collnet",
+               "comm.link_sharing")
+
+
+def collective_differences(a: HardwareSpec, b: HardwareSpec) -> list[tuple[str, object, object,
+                                                                         str]]:
+    """(key, value in a, value in b, a's confidence) for every collective-model value that
+    differs between two specs: what drives a comparison of their collectives (the rest of the
+    machinery is shared). Per-protocol latencies and caps are compared key by key."""
+    keys = [k for k in dict.fromkeys([*a.keys(), *b.keys()])
+            if k.startswith(("network.", "comm."))
+            and (k in _MODEL_KEYS or k.endswith(("_us", "_GBps", "_plateau")))]
+    out = []
+    for k in keys:
+        va, vb = a.get(k), b.get(k)
+        if va != vb:
+            out.append((k, "-" if va is None else va, "-" if vb is None else vb,
+                        a.confidence(k) if va is not None else "absent"))
+    return out

@@ -67,7 +67,6 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "comm.tree_ll128_channel_1node_GBps",
     "comm.tree_ll128_channel_2node_GBps",
     "comm.tree_ll128_channel_GBps",
-    "comm.collnet",
     "comm.ring_plateau",
     "comm.intra_efficiency",
     "comm.inter_efficiency",
@@ -88,10 +87,11 @@ PATH_KEYS: dict[str, tuple[str, ...]] = {
 
 #: Optional groups: NVSwitch reduction (NVLS) when ``comm.nvls_efficiency`` is given, and the
 #: CollNet latencies a spec needs before ``comm.collnet = true`` can be set.
-NVLS_KEYS: tuple[str, ...] = ("comm.nvls_efficiency", "network.nvls_us", "network.nvls_inter_us",
+NVLS_KEYS: tuple[str, ...] = ("comm.nvls_efficiency", "network.nvls_us",
                               "network.nvls_tree_inter_us", "comm.nvls_tree_channel_2node_GBps",
                               "comm.nvls_tree_channel_GBps")
-COLLNET_KEYS: tuple[str, ...] = ("network.collnet_intra_us", "network.collnet_inter_us")
+COLLNET_KEYS: tuple[str, ...] = ("comm.collnet", "network.collnet_intra_us",
+                                 "network.collnet_inter_us")
 
 #: Allowed string values, checked at load and on --set.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -230,7 +230,7 @@ def _check_keys(spec: HardwareSpec) -> None:
     if any(k in spec.entries for k in NVLS_KEYS):
         missing += [k for k in NVLS_KEYS if k not in spec.entries]
     if spec.entries.get("comm.collnet") and spec.entries["comm.collnet"].value:
-        missing += [k for k in COLLNET_KEYS if k not in spec.entries]
+        missing += [k for k in COLLNET_KEYS[1:] if k not in spec.entries]
     if missing:
         raise HardwareSpecError(f"{spec.origin}: missing keys {', '.join(missing)}; copy them "
                                 f"from a bundled spec (mtia-trace hw show h100 / mtia300)")

@@ -1,0 +1,205 @@
+"""Many predictions from one trace: the graph and the costs are built once, each what-if only
+edits costs and reschedules (`replay.whatif`). Used by the causal profile (`whatif`) and by the
+causal diff (`replay.diff`).
+
+The causal profile answers *what to optimize first*: for the op groups with the most busy time
+(by kind, by name, by annotation scope, by rank) it predicts the mean step if the group were 2x
+faster and if it took no time. Work that is busy but off the critical path gains nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from replay.attribution import step_windows
+from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
+from replay.graph import Graph, build_graph
+from replay.pipeline import Costed, costing_input, launch_latencies, modelled_lags, schedule_costs
+from replay.whatif import (
+    ChainOwners,
+    Change,
+    WhatIf,
+    apply_whatifs,
+    chain_owners,
+    leaf_mask,
+    nested,
+    parse_whatif,
+    select,
+    total_cost,
+)
+
+#: Group dimensions of the causal profile, in the order they are listed.
+GROUP_BY = ("kind", "name", "scope", "rank")
+#: Kinds that are not work (they mark time).
+PASSIVE_KINDS = ("annotation", "instant")
+
+
+@dataclass
+class Prepared:
+    """A trace ready for repeated what-ifs: graph, costs and chain ownership built once."""
+
+    events: pa.Table
+    graph: Graph
+    costs: EventCosts
+    comps: dict[str, np.ndarray]
+    slow: float
+    leaf: np.ndarray
+    owners: ChainOwners
+    notes: dict[str, object] = field(default_factory=dict)
+
+    def step_times(self, g: Graph | None = None,
+                   comps: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """Replayed (rank, step) wall times (whole steps only) with these costs and gaps."""
+        g = g if g is not None else self.graph
+        c = Costed(comps=comps if comps is not None else self.comps,
+                   resource=np.asarray(self.costs.resource),
+                   capacity=np.asarray(self.costs.resource_capacity), notes={})
+        s, _ = schedule_costs(self.events, g, c, self.slow)
+        return window_times(self.events, g, s.T)
+
+    def step_mean(self, g: Graph | None = None,
+                  comps: dict[str, np.ndarray] | None = None) -> float:
+        t = self.step_times(g, comps)
+        return float(t.mean()) if len(t) else 0.0
+
+    def predict(self, whatifs: list[WhatIf]) -> float:
+        ed = apply_whatifs(self.events, self.graph, self.comps, whatifs)
+        return self.step_mean(ed.graph, ed.comps)
+
+    def busy(self, mask: np.ndarray) -> float:
+        """Busy time (us) of the events in ``mask``: their costs where the scheduler uses them,
+        plus the self time (non-wait gaps) they own on host threads."""
+        cost = total_cost(self.comps)
+        o = self.owners.owner
+        own = self.owners.host_gap & ~self.owners.wait & (o >= 0)
+        gaps = float(self.graph.gap[own][mask[o[own]]].sum())
+        return float(cost[mask & self.leaf].sum()) + gaps
+
+
+class _Sched:
+    """Duck-typed schedule for `step_windows` (it only reads ``T``)."""
+
+    def __init__(self, T: np.ndarray) -> None:
+        self.T = T
+
+
+def window_times(events: pa.Table, g: Graph, T: np.ndarray) -> np.ndarray:
+    wins = step_windows(events, g, _Sched(T))  # type: ignore[arg-type]
+    steps = np.array([w[1] for w in wins], dtype=np.int64)
+    tot = np.array([w[3] - w[2] for w in wins], dtype=np.float64)
+    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), dtype=bool)
+    return tot[keep]
+
+
+def measured_step_times(events: pa.Table, g: Graph) -> np.ndarray:
+    """Measured (rank, step) wall times (whole steps only), as the replay's windows define them."""
+    wins = step_windows(events, g, _Sched(np.zeros(2 * g.n)))  # type: ignore[arg-type]
+    steps = np.array([w[1] for w in wins], dtype=np.int64)
+    meas = np.array([w[5] for w in wins], dtype=np.float64)
+    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), dtype=bool)
+    return meas[keep]
+
+
+def prepare(events: pa.Table, model: CostModel | None = None, *,
+            graph: Graph | None = None) -> Prepared:
+    """Build the graph and price the events once."""
+    model = model or AsMeasured()
+    g = graph if graph is not None else build_graph(events)
+    g, _ = modelled_lags(g, *launch_latencies(model, events), strict=False)
+    costs = model.cost(costing_input(events, g))
+    comps = {c: np.asarray(getattr(costs, f"{c}_us"), dtype=np.float64) for c in COMPONENTS}
+    return Prepared(events=events, graph=g, costs=costs, comps=comps,
+                    slow=float(model.overlap_slowdown()), leaf=leaf_mask(events, g),
+                    owners=chain_owners(events, g))
+
+
+# ---- the causal profile ------------------------------------------------------------------------
+
+def glob_escape(name: str) -> str:
+    """A literal name as a selector glob (``[``, ``*``, ``?`` escaped; ``|`` and ``,`` kept out
+    by falling back to a regex)."""
+    if any(c in name for c in "|,/"):
+        return "/^" + "".join("\\" + c if not c.isalnum() and c != "_" else c for c in name) + "$/"
+    return "".join(f"[{c}]" if c in "[]*?" else c for c in name)
+
+
+def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[str, str]]:
+    """(dimension, selector) of every group the profile may rank."""
+    ev = p.events
+    kind = ev.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    work = p.leaf & ~np.isin(kind, PASSIVE_KINDS)
+    out: list[tuple[str, str]] = []
+    if "kind" in by:
+        for k in np.unique(kind[work]).tolist():
+            out.append(("kind", f"kind={k}"))
+    if "name" in by:
+        names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
+        ops = ~np.isin(kind, PASSIVE_KINDS) & (work | (p.events.column("depth").to_numpy() >= 0))
+        cost = total_cost(p.comps) * p.leaf
+        own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
+        selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
+        tot = cost + selft
+        # names: the 40 with the most own time (cost + self time) are candidates
+        u, inv = np.unique(names[ops], return_inverse=True)
+        per = np.bincount(inv, weights=tot[ops], minlength=len(u))
+        for i in np.argsort(-per)[:40].tolist():
+            if per[i] > 0:
+                out.append(("name", f"name={glob_escape(u[i])}"))
+    if "scope" in by:
+        ann = (kind == "annotation") & ~ev.column("is_device").to_numpy(zero_copy_only=False)
+        names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
+        skip = pc.starts_with(ev.column("name"), "ProfilerStep#").fill_null(False)
+        skip = skip.to_numpy(zero_copy_only=False).astype(bool)
+        skip |= pc.match_substring_regex(ev.column("name"), r"^(PyTorch Profiler|\[)").fill_null(
+            False).to_numpy(zero_copy_only=False).astype(bool)
+        for nm in np.unique(names[ann & ~skip]).tolist():
+            out.append(("scope", f"kind=annotation,name={glob_escape(nm)}"))
+    if "rank" in by:
+        for r in np.unique(ev.column("rank").to_numpy()).tolist():
+            out.append(("rank", f"rank={r}"))
+    return out
+
+
+def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY,
+                   speedup: float = 2.0) -> pa.Table:
+    """The top ``top`` groups by busy time, each replayed ``speedup``x faster and at zero cost;
+    rows sorted by the gain of the speedup (largest first)."""
+    base = p.step_mean()
+    groups = []
+    for dim, sel in candidate_groups(p, by):
+        w = parse_whatif(f"{sel}:x1")
+        mask = select(p.events, p.graph, w)
+        if not mask.any():
+            continue
+        groups.append((dim, sel, p.busy(nested(p.events, p.graph, mask))))
+    step = p.events.column("step").to_numpy()
+    nsteps = max(len(np.unique(step[step >= 0])), 1)
+    groups.sort(key=lambda t: -t[2])
+    groups = groups[:top]
+    rows: dict[str, list] = {"group": [], "by": [], "busy_us": [], "step_us": [],
+                             f"step_{speedup:g}x_us": [], f"gain_{speedup:g}x_us": [],
+                             "step_zero_us": [], "gain_zero_us": []}
+    for dim, sel, busy in groups:
+        terms = parse_whatif(f"{sel}:x1").terms
+        fast = p.predict([WhatIf(sel, terms, Change("scale", 1.0 / speedup))])
+        zero = p.predict([WhatIf(sel, terms, Change("scale", 0.0))])
+        rows["group"].append(sel)
+        rows["by"].append(dim)
+        rows["busy_us"].append(busy / nsteps)
+        rows["step_us"].append(base)
+        rows[f"step_{speedup:g}x_us"].append(fast)
+        rows[f"gain_{speedup:g}x_us"].append(base - fast)
+        rows["step_zero_us"].append(zero)
+        rows["gain_zero_us"].append(base - zero)
+    t = pa.table(rows)
+    if t.num_rows:
+        t = t.sort_by([(f"gain_{speedup:g}x_us", "descending"), ("busy_us", "descending")])
+    return t
+
+
+__all__ = ["Prepared", "prepare", "causal_profile", "candidate_groups", "window_times",
+           "measured_step_times", "glob_escape", "GROUP_BY"]

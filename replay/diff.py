@@ -1,0 +1,516 @@
+"""The causal diff of two traces of one program (DESIGN §11): what changed the step, and by how
+much each part did.
+
+1. *Match* events (`match_events`): collectives by identity (rank, process group, sequence
+   number, name), whatever thread or stream ran them (a CPU backend's worker threads take
+   collectives in no fixed order); everything else per rank, step (by position: the k-th step of
+   BASE with the k-th of NEW) and track (host threads paired by the names they run, device
+   streams by id), by name sequence: `difflib.SequenceMatcher` over name codes, so a few inserted
+   or missing ops leave the rest matched. Identical sequences skip the matcher.
+2. *Transplant* (`transplant`): BASE's graph — its dependencies, the gaps between ops (Python,
+   data loading), ready lags and waits — replayed with NEW's durations of the matched *work*:
+   leaf ops and device events (their costed durations: for a matched collective its transfer
+   part, own end − last rank's arrival, so the waiting comes out of BASE's graph), and the self
+   time of ops and user annotations with children (the measured gaps inside them, waits
+   excluded), and a CPU collective's dispatch and return latencies (the enqueue reaching the
+   backend's worker thread, the completion reaching the waiting thread). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data loading
+   outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
+   return latencies stay BASE's.
+3. *Attribute* (`diff_traces`): groups (by default the outermost user annotation an event is in,
+   below ``ProfilerStep#``) get NEW's durations one after the other (sequential scheme: groups
+   in order of their busy-time change, largest first); each group's contribution is the step
+   change its turn caused. The contributions add up exactly to predicted − replayed BASE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mtia_trace.errors import UsageError
+from replay.counterfactual import Prepared, measured_step_times, prepare
+from replay.graph import EDGE_CODE
+from replay.whatif import launcher, set_durations, total_cost
+
+#: Below this fraction of matched events two traces are taken for different programs.
+MIN_MATCHED = 0.5
+#: Attribution dimensions of `diff_traces`.
+DIFF_GROUP_BY = ("scope", "kind", "name", "rank", "rank-scope")
+
+
+@dataclass
+class Matching:
+    """Matched event ids (``base[i]`` ↔ ``new[i]``) and what stayed unmatched."""
+
+    base: np.ndarray
+    new: np.ndarray
+    n_base: int
+    n_new: int
+    unmatched_base: Counter = field(default_factory=Counter)
+    unmatched_new: Counter = field(default_factory=Counter)
+
+    @property
+    def fraction(self) -> float:
+        """Matched events over all events of both traces (1.0: every event has its partner)."""
+        tot = self.n_base + self.n_new
+        return 2.0 * len(self.base) / tot if tot else 1.0
+
+
+def _step_ordinal(events: pa.Table) -> np.ndarray:
+    """Per event: its step's position among its rank's steps (0, 1, ...), -1 outside steps."""
+    rank = events.column("rank").to_numpy().astype(np.int64)
+    step = events.column("step").to_numpy().astype(np.int64)
+    out = np.full(len(step), -1, dtype=np.int64)
+    ok = step >= 0
+    if ok.any():
+        key = np.stack([rank[ok], step[ok]], axis=1)
+        u, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        first = np.searchsorted(u[:, 0], u[:, 0], side="left")
+        out[ok] = (np.arange(len(u)) - first)[inv]
+    return out
+
+
+def _pair_tracks(tb: dict[str, Counter], tn: dict[str, Counter]) -> dict[str, str]:
+    """BASE track → NEW track for one rank: device streams by id, host threads greedily by the
+    overlap of the names they run (thread ids differ between runs)."""
+    pairs: dict[str, str] = {}
+    for t in tb:
+        if t.startswith("dev:") and t in tn:
+            pairs[t] = t
+    rest_b = [t for t in tb if t not in pairs]
+    rest_n = [t for t in tn if t not in pairs.values()]
+    scores = []
+    for b in rest_b:
+        for n in rest_n:
+            if b.startswith("dev:") != n.startswith("dev:"):
+                continue
+            s = sum((tb[b] & tn[n]).values())
+            if s > 0:
+                scores.append((s, b, n))
+    scores.sort(key=lambda x: (-x[0], x[1], x[2]))
+    used_n: set[str] = set()
+    for s, b, n in scores:
+        if b in pairs or n in used_n:
+            continue
+        pairs[b] = n
+        used_n.add(n)
+    return pairs
+
+
+def match_events(base: pa.Table, new: pa.Table) -> Matching:
+    """Match BASE and NEW events per rank, step and track by name sequence."""
+    nb, nn = base.num_rows, new.num_rows
+    names = pc.dictionary_encode(pa.concat_arrays([
+        base.column("name").combine_chunks().cast(pa.string()),
+        new.column("name").combine_chunks().cast(pa.string())]))
+    code = names.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    cb, cn = code[:nb], code[nb:]
+    dict_names = names.dictionary.to_pylist()
+    sides = []
+    for ev, c in ((base, cb), (new, cn)):
+        rank = ev.column("rank").to_numpy().astype(np.int64)
+        track = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
+        sides.append((rank, track, _step_ordinal(ev), c))
+    kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
+    cmb, cmn = _join_keys(kb, kn)
+    out_b: list[np.ndarray] = [cmb]
+    out_n: list[np.ndarray] = [cmn]
+    keyed_b, keyed_n = kb[:, 0] >= 0, kn[:, 0] >= 0
+    um_b: Counter = Counter()
+    um_n: Counter = Counter()
+    (rb, trb, sb, _), (rn, trn, sn, _) = sides
+    for r in sorted(set(rb.tolist()) | set(rn.tolist())):  # ranks: few
+        ib = np.flatnonzero(rb == r)
+        inn = np.flatnonzero(rn == r)
+        tb = {t: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
+        tn = {t: Counter(cn[inn[trn[inn] == t]].tolist()) for t in np.unique(trn[inn]).tolist()}
+        pairs = _pair_tracks(tb, tn)
+        for t_b, t_n in pairs.items():  # tracks: few
+            eb = ib[(trb[ib] == t_b) & ~keyed_b[ib]]
+            en = inn[(trn[inn] == t_n) & ~keyed_n[inn]]
+            for k in np.union1d(sb[eb], sn[en]).tolist():  # steps: few
+                a = eb[sb[eb] == k]
+                b = en[sn[en] == k]
+                ia, ib2 = _match_seq(cb[a], cn[b])
+                out_b.append(a[ia])
+                out_n.append(b[ib2])
+        um_b.update(dict_names[c] for c in _unmatched(ib, np.concatenate(out_b) if out_b else
+                                                        np.zeros(0, np.int64), cb))
+        um_n.update(dict_names[c] for c in _unmatched(inn, np.concatenate(out_n) if out_n else
+                                                        np.zeros(0, np.int64), cn))
+    mb = np.concatenate(out_b) if out_b else np.zeros(0, dtype=np.int64)
+    mn = np.concatenate(out_n) if out_n else np.zeros(0, dtype=np.int64)
+    return Matching(base=mb, new=mn, n_base=nb, n_new=nn, unmatched_base=um_b,
+                    unmatched_new=um_n)
+
+
+def _coll_keys(ev: pa.Table, code: np.ndarray) -> np.ndarray:
+    """Per event (rank, pg code, coll_seq, name code, occurrence) for collectives with a
+    process group and sequence number; -1 rows for everything else."""
+    n = ev.num_rows
+    seq = ev.column("coll_seq").fill_null(-1).to_numpy().astype(np.int64)
+    pg = ev.column("pg")
+    ok = (seq >= 0) & pg.is_valid().to_numpy(zero_copy_only=False).astype(bool) & (code >= 0)
+    out = np.full((n, 5), -1, dtype=np.int64)
+    if not ok.any():
+        return out
+    pgs = pg.to_numpy(zero_copy_only=False)
+    pg_code = np.zeros(n, dtype=np.int64)
+    _, pg_code[ok] = np.unique(pgs[ok].astype(str), return_inverse=True)
+    rank = ev.column("rank").to_numpy().astype(np.int64)
+    k = np.stack([rank, pg_code, seq, code], axis=1)[ok]
+    ids = np.flatnonzero(ok)
+    o = np.lexsort((ids, k[:, 3], k[:, 2], k[:, 1], k[:, 0]))
+    ks = k[o]
+    new_grp = np.ones(len(ks), dtype=bool)
+    new_grp[1:] = (ks[1:] != ks[:-1]).any(axis=1)
+    start = np.maximum.accumulate(np.where(new_grp, np.arange(len(ks)), 0))
+    occ = np.arange(len(ks)) - start
+    out[ids[o], :4] = ks
+    out[ids[o], 4] = occ
+    return out
+
+
+def _join_keys(kb: np.ndarray, kn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Event ids of BASE and NEW whose collective keys are equal."""
+    ib, inn = np.flatnonzero(kb[:, 0] >= 0), np.flatnonzero(kn[:, 0] >= 0)
+    if not len(ib) or not len(inn):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    allk = np.concatenate([kb[ib], kn[inn]])
+    _, inv = np.unique(allk, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    vb, vn = inv[:len(ib)], inv[len(ib):]
+    common, pb, pn = np.intersect1d(vb, vn, return_indices=True)
+    return ib[pb], inn[pn]
+
+
+def _unmatched(ids: np.ndarray, matched: np.ndarray, code: np.ndarray) -> list[int]:
+    left = ids[~np.isin(ids, matched)]
+    return [c for c in code[left].tolist() if c >= 0]
+
+
+def _match_seq(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of matched elements of two code sequences (longest matching blocks)."""
+    if len(a) == len(b) and np.array_equal(a, b):
+        i = np.arange(len(a))
+        return i, i
+    if not len(a) or not len(b):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # the common prefix and suffix match as they are; the matcher sees only the middle
+    k = min(len(a), len(b))
+    neq = np.flatnonzero(a[:k] != b[:k])
+    pre = int(neq[0]) if len(neq) else k
+    neq = np.flatnonzero(a[::-1][:k - pre] != b[::-1][:k - pre])
+    suf = int(neq[0]) if len(neq) else k - pre
+    ia = [np.arange(pre)]
+    ib = [np.arange(pre)]
+    ma, mb = a[pre:len(a) - suf], b[pre:len(b) - suf]
+    if len(ma) and len(mb):
+        sm = difflib.SequenceMatcher(None, ma.tolist(), mb.tolist(), autojunk=False)
+        for blk in sm.get_matching_blocks():
+            if blk.size:
+                ia.append(pre + np.arange(blk.a, blk.a + blk.size))
+                ib.append(pre + np.arange(blk.b, blk.b + blk.size))
+    ia.append(np.arange(len(a) - suf, len(a)))
+    ib.append(np.arange(len(b) - suf, len(b)))
+    return np.concatenate(ia).astype(np.int64), np.concatenate(ib).astype(np.int64)
+
+
+# ---- the transplant ------------------------------------------------------------------------------
+
+@dataclass
+class Transplant:
+    """Per BASE event: NEW's work duration where it carries over (nan elsewhere), for leaf costs
+    and for self time; the BASE side's values for comparison."""
+
+    cost_new: np.ndarray    # per BASE event: NEW's costed duration (leaves), nan if kept
+    self_new: np.ndarray    # per BASE event: NEW's self time (ops with children), nan if kept
+    cost_base: np.ndarray
+    self_base: np.ndarray
+    #: per BASE event: NEW's return latency of the wait on this collective (nan if kept)
+    ret_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per BASE event: NEW's dispatch latency of a CPU collective's transfer (enqueue → worker
+    #: thread start), nan if kept
+    disp_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def cpu_transfers(p: Prepared) -> np.ndarray:
+    """Matched collective instances run by a host worker thread (a CPU backend's transfer)."""
+    is_dev = p.events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
+    on_chain = np.zeros(p.graph.n, dtype=bool)
+    dev_pos = np.repeat(p.graph.track_is_device, np.diff(p.graph.track_ptr))
+    on_chain[p.graph.order[dev_pos] // 2] = True
+    return on_chain & ~is_dev & np.isfinite(p.graph.transfer_us)
+
+
+def wait_returns(p: Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """Per event: the edge index of the wait that returns when this collective transfer ends
+    (a sync edge from its end into a host thread's chain), -1 for none; and that edge's lag."""
+    g = p.graph
+    n = g.n
+    edge = np.full(n, -1, dtype=np.int64)
+    pos = np.empty(2 * n, dtype=np.int64)
+    pos[g.order] = np.arange(len(g.order))
+    m = (g.etype == EDGE_CODE["sync"]) & (g.src_pt % 2 == 1)
+    if m.any():
+        m &= p.owners.host_gap[pos[g.dst_pt]] & np.isfinite(g.transfer_us[g.src_pt // 2])
+    idx = np.flatnonzero(m)
+    edge[g.src_pt[idx] // 2] = idx
+    lag = np.where(edge >= 0, g.lag[np.maximum(edge, 0)], np.nan)
+    return edge, lag
+
+
+def _self_time(p: Prepared) -> np.ndarray:
+    o = p.owners.owner
+    own = p.owners.host_gap & ~p.owners.wait & (o >= 0)
+    return np.bincount(o[own], weights=p.graph.gap[own], minlength=p.graph.n)
+
+
+def _carries(p: Prepared) -> np.ndarray:
+    """Events whose duration is work NEW may carry over: not sync calls or sync markers."""
+    kind = p.events.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    syncs = np.isfinite(p.graph.sync_lag) | (kind == "sync")
+    return ~syncs
+
+
+def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
+    n = pb.graph.n
+    cost_b = total_cost(pb.comps)
+    cost_n = total_cost(pn.comps)
+    self_b, self_n = _self_time(pb), _self_time(pn)
+    kind_b = pb.events.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    ok = _carries(pb)[m.base] & _carries(pn)[m.new]
+    # a collective's transfer part carries over only where both sides have one
+    coll_b = np.isfinite(pb.graph.transfer_us)[m.base]
+    coll_n = np.isfinite(pn.graph.transfer_us)[m.new]
+    ok &= coll_b == coll_n
+    bi, ni = m.base[ok], m.new[ok]
+    leaf = pb.leaf[bi] & pn.leaf[ni]
+    c_new = np.full(n, np.nan)
+    c_new[bi[leaf]] = cost_n[ni[leaf]]
+    # self time of ops and of user annotations (the named regions' own time); the gaps
+    # directly in a ProfilerStep (the loop between regions, data loading) stay BASE's
+    is_step = pc.starts_with(pb.events.column("name"), "ProfilerStep#").fill_null(False)
+    is_step = is_step.to_numpy(zero_copy_only=False).astype(bool)
+    op = (kind_b[bi] != "instant") & ~is_step[bi] & ~pb.leaf[bi]
+    s_new = np.full(n, np.nan)
+    s_new[bi[op]] = self_n[ni[op]]
+    # a CPU collective's completion reaching the waiting thread (its return latency) is part of
+    # the collective, not a wait for peers: it carries over with the transfer
+    _, ret_b = wait_returns(pb)
+    _, ret_n = wait_returns(pn)
+    r_new = np.full(n, np.nan)
+    both = np.isfinite(ret_b[bi]) & np.isfinite(ret_n[ni])
+    r_new[bi[both]] = ret_n[ni[both]]
+    # likewise its dispatch to the backend's worker thread
+    d_new = np.full(n, np.nan)
+    cpu = cpu_transfers(pb)[bi] & cpu_transfers(pn)[ni]
+    d_new[bi[cpu]] = pn.graph.ready_lag[ni[cpu]]
+    return Transplant(cost_new=c_new, self_new=s_new, cost_base=cost_b, self_base=self_b,
+                      ret_new=r_new, disp_new=d_new)
+
+
+def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
+                     ) -> tuple[object, dict[str, np.ndarray]]:
+    """BASE's graph and costs with NEW's durations on the events in ``mask``."""
+    lm = mask & np.isfinite(tp.cost_new)
+    ids = np.flatnonzero(lm)
+    comps = set_durations(pb.events, pb.comps, ids, tp.cost_new[ids])
+    sm = mask & np.isfinite(tp.self_new)
+    gap = pb.graph.gap.astype(np.float64, copy=True)
+    o = pb.owners.owner
+    own = pb.owners.host_gap & ~pb.owners.wait & (o >= 0)
+    own &= sm[np.where(o >= 0, o, 0)]
+    pos = np.flatnonzero(own)
+    ev = o[pos]
+    base_self = tp.self_base[ev]
+    k = np.where(base_self > 0, tp.self_new[ev] / np.where(base_self > 0, base_self, 1.0), 1.0)
+    gap[pos] = gap[pos] * k
+    # ops with no self time in BASE but some in NEW: the time goes before their end point
+    grow = np.flatnonzero(sm & (tp.self_base <= 0) & (tp.self_new > 0))
+    if len(grow):
+        ppos = np.empty(2 * pb.graph.n, dtype=np.int64)
+        ppos[pb.graph.order] = np.arange(len(pb.graph.order))
+        p_end = ppos[2 * grow + 1]
+        okp = pb.owners.host_gap[p_end]
+        gap[p_end[okp]] += tp.self_new[grow[okp]]
+    g = pb.graph
+    lag = g.lag
+    rm = mask & np.isfinite(tp.ret_new)
+    if rm.any():
+        edge, _ = wait_returns(pb)
+        ids = np.flatnonzero(rm & (edge >= 0))
+        lag = lag.copy()
+        lag[edge[ids]] = tp.ret_new[ids]
+        ppos = np.empty(2 * g.n, dtype=np.int64)
+        ppos[g.order] = np.arange(len(g.order))
+        dpos = ppos[g.dst_pt[edge[ids]]]
+        gap[dpos] = tp.ret_new[ids]
+    ready_lag = g.ready_lag
+    dm = np.flatnonzero(mask & np.isfinite(tp.disp_new))
+    if len(dm):
+        ready_lag = ready_lag.copy()
+        ready_lag[dm] = tp.disp_new[dm]
+        lag = lag.copy() if lag is g.lag else lag
+        into = (g.etype == EDGE_CODE["launch"]) & np.isin(g.dst_pt, 2 * dm)
+        lag[into] = ready_lag[g.dst_pt[into] // 2]
+    return dataclasses.replace(g, gap=gap, lag=lag, ready_lag=ready_lag), comps
+
+
+# ---- groups and the diff -----------------------------------------------------------------------
+
+def group_labels(p: Prepared, by: str) -> np.ndarray:
+    """Per event: its attribution group under ``by`` (`DIFF_GROUP_BY`)."""
+    ev = p.events
+    names = ev.column("name").to_numpy(zero_copy_only=False).astype(object)
+    rank = ev.column("rank").to_numpy()
+    if by == "kind":
+        return ev.column("kind").to_numpy(zero_copy_only=False).astype(object)
+    if by == "name":
+        return names
+    if by == "rank":
+        return np.array([f"rank {r}" for r in rank.tolist()], dtype=object)
+    scope = outer_scope(p)
+    if by == "rank-scope":
+        return np.array([f"rank {r}: {s}" for r, s in zip(rank.tolist(), scope.tolist())],
+                        dtype=object)
+    return scope
+
+
+def outer_scope(p: Prepared) -> np.ndarray:
+    """Per event: the name of its outermost user annotation below ``ProfilerStep#`` (device work:
+    its launcher's), ``(outside annotations)`` when none."""
+    ev = p.events
+    names = ev.column("name").to_numpy(zero_copy_only=False).astype(object)
+    kind = ev.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    parent = ev.column("parent_id").to_numpy()
+    is_step = pc.starts_with(ev.column("name"), "ProfilerStep#").fill_null(False).to_numpy(
+        zero_copy_only=False).astype(bool)
+    is_ann = (kind == "annotation") & ~is_step
+    n = ev.num_rows
+    scope = np.full(n, -1, dtype=np.int64)
+    scope[is_ann] = np.flatnonzero(is_ann)
+    cur = parent.copy()
+    for _ in range(int(ev.column("depth").to_numpy().max(initial=0)) + 1):
+        ok = cur >= 0
+        if not ok.any():
+            break
+        c = np.where(ok, cur, 0)
+        hit = ok & is_ann[c]
+        scope[hit] = c[hit]   # keeps climbing: the outermost annotation wins
+        cur = np.where(ok, parent[c], -1)
+    lau = launcher(ev, p.graph)
+    hl = (lau >= 0) & (scope < 0)
+    scope[hl] = scope[lau[hl]]
+    out = np.full(n, "(outside annotations)", dtype=object)
+    out[scope >= 0] = names[scope[scope >= 0]]
+    return out
+
+
+@dataclass
+class DiffResult:
+    base_step_us: float
+    new_step_us: float
+    base_replayed_us: float
+    predicted_step_us: float
+    matched_fraction: float
+    matched: int
+    unmatched_base: Counter
+    unmatched_new: Counter
+    contributions: list[tuple[str, float]]
+    scheme: str
+    group_by: str
+    notes: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_step_us - self.new_step_us) / self.new_step_us \
+            if self.new_step_us else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "base_step_us": self.base_step_us, "new_step_us": self.new_step_us,
+            "predicted_step_us": self.predicted_step_us, "error": self.error,
+            "base_replayed_step_us": self.base_replayed_us,
+            "predicted_change_us": self.predicted_step_us - self.base_replayed_us,
+            "matched_fraction": self.matched_fraction, "matched_events": self.matched,
+            "unmatched_base": dict(self.unmatched_base.most_common()),
+            "unmatched_new": dict(self.unmatched_new.most_common()),
+            "attribution": {"scheme": self.scheme, "group_by": self.group_by,
+                            "sums_to": "predicted_step_us - base_replayed_step_us"},
+            "contributions": [{"group": g, "delta_us": d} for g, d in self.contributions],
+            "notes": self.notes,
+        }
+
+
+def check_same_program(base: pa.Table, new: pa.Table, m: Matching, labels: tuple[str, str]) -> None:
+    rb = set(base.column("rank").to_numpy().tolist())
+    rn = set(new.column("rank").to_numpy().tolist())
+    if rb != rn:
+        raise UsageError(f"{labels[1]}: ranks {sorted(rn)} differ from {labels[0]}'s {sorted(rb)}; "
+                         "diff compares two traces of the same program and world size")
+    if m.fraction < MIN_MATCHED:
+        raise UsageError(
+            f"{labels[1]}: only {m.fraction:.0%} of events match {labels[0]} by name sequence; "
+            "these look like different programs: diff needs two traces of the same program "
+            "(to compare runs of different traces, replay both and use `mtia-trace compare`)")
+
+
+def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
+                labels: tuple[str, str] = ("BASE", "NEW"), max_groups: int = 16) -> DiffResult:
+    """The causal diff of BASE and NEW (module docstring)."""
+    m = match_events(base, new)
+    check_same_program(base, new, m, labels)
+    pb, pn = prepare(base), prepare(new)
+    tp = transplant(pb, pn, m)
+    base_meas = measured_step_times(base, pb.graph)
+    new_meas = measured_step_times(new, pn.graph)
+    base_rep = pb.step_mean()
+    full = np.ones(pb.graph.n, dtype=bool)
+    g_all, c_all = apply_transplant(pb, tp, full)
+    predicted = pb.step_mean(g_all, c_all)  # type: ignore[arg-type]
+    # sequential attribution over groups, largest busy-time change first
+    lab = group_labels(pb, group_by)
+    dc = np.nan_to_num(tp.cost_new - tp.cost_base) * pb.leaf
+    ds = np.nan_to_num(tp.self_new - tp.self_base)
+    delta = dc + ds
+    touched = np.isfinite(tp.cost_new) | np.isfinite(tp.self_new)
+    u, inv = np.unique(lab[touched].astype(str), return_inverse=True)
+    dsum = np.bincount(inv, weights=np.abs(delta[touched]), minlength=len(u))
+    order = np.argsort(-dsum, kind="stable")
+    keep = [u[i] for i in order[:max_groups]]
+    rest = [u[i] for i in order[max_groups:]]
+    lab_s = lab.astype(str)
+    contributions: list[tuple[str, float]] = []
+    mask = np.zeros(pb.graph.n, dtype=bool)
+    prev = base_rep
+    steps = [(g, np.isin(lab_s, [g])) for g in keep]
+    if rest:
+        steps.append((f"(other {len(rest)} groups)", np.isin(lab_s, rest)))
+    for gname, gm in steps:
+        mask |= gm
+        if mask.all() or len(contributions) == len(steps) - 1:
+            cur = predicted
+        else:
+            g_k, c_k = apply_transplant(pb, tp, mask)
+            cur = pb.step_mean(g_k, c_k)  # type: ignore[arg-type]
+        contributions.append((gname, cur - prev))
+        prev = cur
+    contributions.sort(key=lambda t: -abs(t[1]))
+    notes: dict[str, object] = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
+             "transplanted_costs": int(np.isfinite(tp.cost_new).sum()),
+             "transplanted_self_times": int(np.isfinite(tp.self_new).sum())}
+    return DiffResult(
+        base_step_us=float(base_meas.mean()) if len(base_meas) else 0.0,
+        new_step_us=float(new_meas.mean()) if len(new_meas) else 0.0,
+        base_replayed_us=base_rep, predicted_step_us=predicted,
+        matched_fraction=m.fraction, matched=int(len(m.base)),
+        unmatched_base=m.unmatched_base, unmatched_new=m.unmatched_new,
+        contributions=contributions, scheme="sequential", group_by=group_by, notes=notes)
