@@ -522,7 +522,7 @@ def collective_differences(a: HardwareSpec, b: HardwareSpec) -> list[tuple[str, 
     keys = [k for k in dict.fromkeys([*a.keys(), *b.keys()])
             if k.startswith(("network.", "comm."))
             and (k in _MODEL_KEYS or k.endswith(("_us", "_GBps", "_plateau")))]
-    out = []
+    out: list[tuple[str, object, object, str]] = []
     for k in keys:
         va, vb = a.get(k), b.get(k)
         if va != vb:
