@@ -263,8 +263,8 @@ def build_report(run: RunData, *, with_figures: bool = True,
             blocks.append(Figure("Step-time attribution per step and per rank.", png))
         tl = figs.step_timeline(run)
         if tl:
-            blocks.append(Figure(f"Replayed timeline of step {tl[1]} across ranks and streams.",
-                                 tl[0]))
+            blocks.append(Figure(f"Replayed timeline of step {tl[1]} ({tl[2]}; a row per "
+                                 "thread / stream).", tl[0]))
         png = figs.busy_vs_critical(run)
         if png:
             blocks.append(Figure("Busy vs critical-path time per component.", png))
