@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import typer
 
+from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
+from mtia_trace.cli.output import print_json
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
 from replay.run import replay_events
@@ -27,6 +29,7 @@ def validate(
                                       help="Trace file(s) or a directory with one file per rank."),
     max_error: str = typer.Option("2%", "--max-error",
                                   help="Largest allowed |replayed - measured| / measured per step."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Replay a trace as measured and print measured vs replayed time per rank and step.
 
@@ -44,15 +47,27 @@ def validate(
     meas = steps.column("measured_us").to_numpy()
     rep = steps.column("total_us").to_numpy()
     err = np.where(meas > 0, (rep - meas) / np.where(meas > 0, meas, 1.0), 0.0)
+    worst = float(np.abs(err).max())
+    med = float(np.median(np.abs(err)))
+    n = result.notes.get("device_events_without_launch", 0)
+    unlinked = int(n) if isinstance(n, int | float) else 0
+    if fmt is PrintFormat.json:
+        print_json({
+            "steps": [{"rank": r, "step": s, "measured_us": float(m), "replayed_us": float(p),
+                       "error": float(e), "over_limit": bool(abs(e) > limit)}
+                      for r, s, m, p, e in zip(steps.column("rank").to_pylist(),
+                                               steps.column("step").to_pylist(), meas, rep, err,
+                                               strict=True)],
+            "median_abs_error": med, "worst_abs_error": worst, "max_error": limit,
+            "passed": worst <= limit, "device_events_without_launch": unlinked})
+        if worst > limit:
+            raise typer.Exit(1)
+        return
     typer.echo(f"{'rank':>5} {'step':>6} {'measured_us':>14} {'replayed_us':>14} {'error':>9}")
     for r, s, m, p, e in zip(steps.column("rank").to_pylist(), steps.column("step").to_pylist(),
                              meas, rep, err):
         flag = "  !" if abs(e) > limit else ""
         typer.echo(f"{r:>5} {s:>6} {m:>14.3f} {p:>14.3f} {e:>+8.3%}{flag}")
-    worst = float(np.abs(err).max())
-    med = float(np.median(np.abs(err)))
-    n = result.notes.get("device_events_without_launch", 0)
-    unlinked = int(n) if isinstance(n, int | float) else 0
     typer.echo(f"median |error| {med:.3%}, worst {worst:.3%} (limit {limit:.3%})")
     if unlinked:
         typer.echo(f"note: {unlinked} device events have no launch link in the trace; "
