@@ -128,13 +128,7 @@ def _deltas(a: dict[str, float], b: dict[str, float]) -> list[Delta]:
 
 
 def _trace_ids(run: RunData) -> list[str]:
-    out = []
-    for t in run.meta.get("traces") or []:
-        if isinstance(t, dict):
-            out.append(str(t.get("sha256") or t.get("path") or ""))
-        else:
-            out.append(str(t))
-    return sorted(out)
+    return sorted(str(t.sha256 or t.path) for t in run.meta.traces)
 
 
 def like_for_like(base: RunData, new: RunData) -> list[str]:
@@ -149,12 +143,12 @@ def like_for_like(base: RunData, new: RunData) -> list[str]:
     if ra != rb:
         out.append(f"rank counts differ ({ra} vs {rb}): per rank-step means average different "
                    "sets of ranks")
-    oa = (base.meta.get("options") or {}).get("overrides") or []
-    ob = (new.meta.get("options") or {}).get("overrides") or []
+    oa = base.meta.options.overrides or []
+    ob = new.meta.options.overrides or []
     if sorted(map(str, oa)) != sorted(map(str, ob)):
         out.append(f"spec overrides differ ({', '.join(map(str, oa)) or 'none'} vs "
                    f"{', '.join(map(str, ob)) or 'none'})")
-    va, vb = base.meta.get("tool_version"), new.meta.get("tool_version")
+    va, vb = base.meta.tool_version, new.meta.tool_version
     if va and vb and va != vb:
         out.append(f"tool versions differ ({va} vs {vb}): the model may have changed between them")
     return out
