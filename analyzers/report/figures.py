@@ -164,8 +164,8 @@ def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
     sub = ev.filter(pa.array(keep))
     if sub.num_rows == 0:
         return None
-    tracks_per_rank = max(len(set(sub.column("track").to_pylist())) // max(
-        len(set(_np(sub, "rank").tolist())), 1), 1)
+    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
+    tracks_per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
     ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // tracks_per_rank))
     sub = sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks)))
     if sub.num_rows > MAX_TIMELINE_EVENTS:
