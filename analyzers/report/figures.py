@@ -303,3 +303,60 @@ def sweep_figure(table: pa.Table, axes: list[str]) -> bytes | None:
         ax.set_title("Step time (µs) over " + " × ".join(axes[:2]), fontsize=10)
         return _png(fig)
     return None
+
+
+#: Events the interactive timeline embeds (the longest ones), to keep the page small.
+MAX_INTERACTIVE_EVENTS = 5_000
+
+
+def timeline_data(run: RunData) -> dict | None:
+    """The interactive timeline's data for the median step: rows (rank · thread/stream) and per
+    event its row, start and duration (µs from the step's first event), kind and name. The same
+    rank selection as `step_timeline`; the `MAX_INTERACTIVE_EVENTS` longest events."""
+    step = _median_step(run)
+    ev = run.events
+    if step is None or ev.num_rows == 0:
+        return None
+    kind = _np(ev, "kind").astype(str)
+    keep = (_np(ev, "step") == step) & ~np.isin(kind, ["annotation", "instant"]) \
+        & (_np(ev, "ph").astype(str) == "X")
+    sub = ev.filter(pa.array(keep))
+    if sub.num_rows == 0:
+        return None
+    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
+    per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
+    ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // per_rank))
+    sub = sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks)))
+    t0 = float(_np(sub, "start_us").min())
+    span = float(_np(sub, "end_us").max()) - t0
+    dur = _np(sub, "end_us") - _np(sub, "start_us")
+    if sub.num_rows > MAX_INTERACTIVE_EVENTS:
+        sub = sub.take(pa.array(np.sort(np.argsort(-dur, kind="stable")[:MAX_INTERACTIVE_EVENTS])))
+        dur = _np(sub, "end_us") - _np(sub, "start_us")
+        selection += f"; the {MAX_INTERACTIVE_EVENTS:,} longest events"
+    rank = _np(sub, "rank").tolist()
+    track = sub.column("track").to_pylist()
+    dev = _np(sub, "is_device").astype(bool).tolist()
+    keys = sorted({(r, not d, t) for r, d, t in zip(rank, dev, track, strict=True)})
+    keys = keys[:MAX_TIMELINE_TRACKS]
+    row_of = {(k[0], k[2]): i for i, k in enumerate(keys)}
+    rows = [row_of.get((r, t), -1) for r, t in zip(rank, track, strict=True)]
+    kinds = sub.column("kind").to_pylist()
+    names = sub.column("name").to_pylist()
+    start = _np(sub, "start_us").tolist()
+    durs = dur.tolist()
+    crit = (sub.column("critical").to_pylist() if "critical" in sub.column_names
+            else [False] * len(rows))
+    shown = [i for i, r in enumerate(rows) if r >= 0]
+    unit, scale = time_unit(span)
+    return {
+        "step": step, "selection": selection, "unit": unit, "scale": scale, "span": span,
+        "rows": [f"rank {k[0]} · {_track_label(k[2])}" for k in keys],
+        "row": [rows[i] for i in shown],
+        "start": [round(start[i] - t0, 3) for i in shown],
+        "dur": [round(durs[i], 3) for i in shown],
+        "kind": [kinds[i] if dev[i] else "host" for i in shown],
+        "name": [str(names[i])[:120] for i in shown],
+        "critical": [bool(crit[i]) for i in shown],
+        "colors": {**KIND_COLORS, "host": HOST_COLORS[0]},
+    }

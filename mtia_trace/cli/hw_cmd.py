@@ -10,11 +10,10 @@ import re
 import textwrap
 from enum import Enum
 
-import pyarrow as pa
 import typer
 
+from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
-from mtia_trace.cli.output import print_json, render_table
 from mtia_trace.errors import UsageError
 from replay.hardware import (
     NCCL_TESTS_OPS,
@@ -43,9 +42,18 @@ def list_cmd(fmt: PrintFormat = PRINT_FORMAT_OPTION) -> None:
     if fmt is PrintFormat.json:
         print_json(rows)
         return
-    typer.echo(render_table(pa.Table.from_pylist(rows, schema=pa.schema([
-        ("name", pa.string()), ("family", pa.string()), ("assumed", pa.int64()),
-        ("description", pa.string())]))), nl=False)
+    cols = ("name", "family", "assumed", "description")
+    cells = [[str(r[c]) for c in cols] for r in rows]
+    width = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+
+    def line(row: list[str] | tuple[str, ...]) -> str:
+        return "  ".join(v.rjust(w) if c == "assumed" else v.ljust(w)
+                         for v, w, c in zip(row, width, cols, strict=True)).rstrip()
+
+    typer.echo(line(cols))
+    typer.echo("  ".join("-" * w for w in width))
+    for row in cells:
+        typer.echo(line(row))
 
 
 @app.command("show")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from mtia_trace.cli.json_output import print_json, records
 from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
-from mtia_trace.cli.output import print_json, records
 from mtia_trace.ingest import load
 from mtia_trace.trace_summary import Summary, summarize
 

@@ -165,32 +165,3 @@ def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None
     else:
         write_file(text, out, force=force)
 
-
-def _json_default(value: object) -> object:
-    """Values orjson does not know: Paths and other objects as text, pandas/numpy NA as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return str(value)
-
-
-def json_text(obj: object) -> str:
-    """Indented JSON with a final newline: NaN becomes null, numpy values and Paths are handled."""
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                        | orjson.OPT_NON_STR_KEYS, default=_json_default).decode() + "\n"
-
-
-def print_json(obj: object) -> None:
-    """The ``--format json`` output of a command: one JSON document on stdout."""
-    sys.stdout.write(json_text(obj))
-
-
-def records(table: object) -> list[dict]:
-    """Rows of a pyarrow table or pandas frame as plain dicts (NaN as None)."""
-    if isinstance(table, pa.Table):
-        return table.to_pylist()
-    import pandas as pd
-
-    assert isinstance(table, pd.DataFrame)
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else
-                 v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-            for row in table.to_dict("records")]

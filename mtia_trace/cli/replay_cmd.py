@@ -9,6 +9,7 @@ import pyarrow as pa
 import typer
 
 from mtia_trace import schema
+from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import (
     LOSS_RATE_OPTION,
     PRINT_FORMAT_OPTION,
@@ -19,7 +20,7 @@ from mtia_trace.cli.options import (
     WHATIF_OPTION,
     PrintFormat,
 )
-from mtia_trace.cli.output import print_json, render_table
+from mtia_trace.cli.output import render_table
 from mtia_trace.progress import Progress
 from mtia_trace.replay_job import Mode, ReplayOptions, destinations, replay_trace, split_hw
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import typer
 
+from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import (
     LOSS_RATE_OPTION,
     PRINT_FORMAT_OPTION,
@@ -15,7 +16,7 @@ from mtia_trace.cli.options import (
     TRACE_ARGUMENT,
     PrintFormat,
 )
-from mtia_trace.cli.output import print_json, render_table
+from mtia_trace.cli.output import render_table
 from mtia_trace.destinations import check_file, write_with
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load

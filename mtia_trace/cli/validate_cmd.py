@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import typer
 
+from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
-from mtia_trace.cli.output import print_json
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
 from replay.run import replay_events
