@@ -98,7 +98,7 @@ def test_markdown_fits_a_job_summary(runs: dict[str, Path], tmp_path: Path,
     code, out, _ = cli(["compare", str(runs["base"]), str(runs["slow"]), "-o", str(dest)], capsys)
     text = dest.read_text()
     assert code == 1 and out == "" and 0 < len(text.encode()) < MARKDOWN_LIMIT
-    assert "### Analyzer tables" in text  # the analyzers' µs columns are compared too
+    assert "### Collectives per op" in text and "### Analyzer tables" not in text
 
 
 def test_zero_baseline_component_counts_as_regression() -> None:
@@ -137,3 +137,43 @@ def test_compare_one_trace_on_two_specs(tmp_path: Path, capsys: pytest.CaptureFi
     assert (d["baseline"]["hardware"], d["new"]["hardware"]) == ("h100", "mtia300")
     gate = d["gate"]
     assert gate["a"] > 0 and gate["b"] > 0 and gate["a"] != gate["b"]
+
+
+def test_compare_keeps_only_sums_that_mean_something(runs: dict[str, Path]) -> None:
+    from analyzers.report.run_data import load_run
+
+    c = compare_runs(load_run(runs["base"]), load_run(runs["slow"]))
+    # collectives per op, per step: the all-to-all kernel runs 300 -> 450 µs, 20 µs of which
+    # queue, so its transfer is 280 -> 430 µs
+    coll = {d.name: d for d in c.collectives}
+    assert set(coll) == {"all_to_all", "all_reduce"}
+    assert (coll["all_to_all"].a, coll["all_to_all"].b) == (pytest.approx(280.0),
+                                                          pytest.approx(430.0))
+    # changed ops: only ops whose critical time moved, the collectives' kernels first
+    assert c.top_ops and all(abs(d.delta) > 0 for d in c.top_ops)
+    assert c.warnings == []  # same trace, ranks, overrides and version
+
+
+def test_compare_warns_when_runs_are_not_like_for_like(runs: dict[str, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    other = report_sample.write_run(
+        report_sample.build_run(), tmp_path / "other",
+        {**report_sample.RUN_META, "tool_version": "9.9.9",
+         "traces": [{"path": "x.json", "sha256": "f" * 64}],
+         "options": {"mode": "scaled", "overrides": ["hbm.bandwidth_GBps=1"]}})
+    code, out, err = cli(["compare", str(runs["base"]), str(other), "--format", "html"], capsys)
+    assert code == 0 and out.startswith("<!DOCTYPE html>") and "Not like for like" in out
+    for what in ("different traces", "overrides differ"):
+        assert what in err
+    assert err.count("mtia-trace: warning:") == 2
+    # the writer stamps its own version, so a run from another version is made in memory
+    import msgspec
+
+    from analyzers.report.compare import like_for_like
+    from analyzers.report.run_data import load_run
+
+    base = load_run(runs["base"], analyses=False)
+    old = load_run(runs["same"], analyses=False)
+    old.meta = msgspec.structs.replace(old.meta, tool_version="0.0.1")
+    assert [w for w in like_for_like(base, old) if "tool versions differ" in w]
+    assert like_for_like(base, load_run(runs["same"], analyses=False)) == []

@@ -207,3 +207,23 @@ def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
     assert "Costing: **roofline**" in head and "of device-work time" in head
     assert "1. Untracked host time is 9" in head and "**Host-bound" in head
     assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span
+
+
+def test_heat_map_colour_scale_does_not_magnify_noise() -> None:
+    from analyzers.report.figures import MIN_COLOUR_SPAN, colour_range
+
+    lo, hi = colour_range(1000.0, 1000.5)  # a 0.05% spread
+    assert hi - lo == pytest.approx(MIN_COLOUR_SPAN * 1000.25)
+    assert (1000.5 - 1000.0) / (hi - lo) < 0.02  # the points differ by < 2% of the scale
+    assert colour_range(100.0, 300.0) == (100.0, 300.0)  # a real spread keeps full contrast
+
+
+def test_timeline_draws_every_rank_or_states_the_selection() -> None:
+    from analyzers.report.figures import time_unit, timeline_ranks
+
+    run = run_from_result(report_sample.build_run(late_us=600.0), name="late")
+    assert timeline_ranks(run, 16) == ([0, 1, 2, 3], "every rank")
+    ranks, why = timeline_ranks(run, 2)
+    assert 3 in ranks and len(ranks) == 2 and "2 of 4 ranks" in why  # the late rank is kept
+    assert time_unit(13e6) == ("s", 1e6) and time_unit(1440.0) == ("µs", 1.0)
+    assert time_unit(5e3) == ("ms", 1e3)

@@ -50,7 +50,10 @@ def test_self_contained(html: str) -> None:
     # no external resources of any kind: every src/href is a data: URI or an in-page anchor
     refs = re.findall(r'(?:src|href)="([^"]*)"', html)
     assert refs and all(r.startswith("data:") or r.startswith("#") for r in refs)
-    assert "<script" not in html and "@import" not in html and "url(" not in html
+    # scripts only inline (the interactive timeline), never loaded from anywhere
+    assert "<script src" not in html and "@import" not in html and "url(" not in html
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in html
     figures = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(figures) == 3  # attribution bars, timeline, busy vs exposed
     for data in figures:
@@ -77,3 +80,21 @@ def test_console_check_catches_a_broken_page(tmp_path: Path) -> None:
     page.write_text("<!DOCTYPE html><p>x</p><script>no_such_function()</script>")
     _, console = _render(page, tmp_path)
     assert any("no_such_function" in line for line in console)
+
+
+@requires_browser
+def test_interactive_timeline_draws_in_the_browser(html: str, tmp_path: Path) -> None:
+    """After its script ran, the embedded timeline has one rectangle per embedded event."""
+    page = tmp_path / "report.html"
+    page.write_text(html)
+    proc = subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=60)
+    dom = proc.stdout
+    data = re.search(r'<script type="application/json">(.*?)</script>', html, re.S)
+    assert data is not None
+    events = len(__import__("json").loads(data.group(1))["start"])
+    assert 'data-ready="1"' in dom  # the script ran to the end and bound its handlers
+    assert dom.count("<rect") == events > 0
+    assert [line for line in proc.stderr.splitlines() if ":CONSOLE" in line] == []

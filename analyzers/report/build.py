@@ -19,6 +19,7 @@ from analyzers.report.document import (
     Items,
     Paragraph,
     Table,
+    Timeline,
     table_from_arrow,
 )
 from analyzers.report.glossary import COMPONENTS, legend
@@ -263,8 +264,12 @@ def build_report(run: RunData, *, with_figures: bool = True,
             blocks.append(Figure("Step-time attribution per step and per rank.", png))
         tl = figs.step_timeline(run)
         if tl:
-            blocks.append(Figure(f"Replayed timeline of step {tl[1]} across ranks and streams.",
-                                 tl[0]))
+            blocks.append(Figure(f"Replayed timeline of step {tl[1]} ({tl[2]}; a row per "
+                                 "thread / stream).", tl[0]))
+        data = figs.timeline_data(run)
+        if data:
+            blocks.append(Timeline(f"Interactive timeline of step {data['step']} "
+                                   f"({data['selection']}).", data))
         png = figs.busy_vs_critical(run)
         if png:
             blocks.append(Figure("Busy vs critical-path time per component.", png))

@@ -1,4 +1,4 @@
-"""Two runs side by side: deltas per component and per analyzer table, and the CI verdict.
+"""Two runs side by side: deltas per component, per collective op and per changed op, the CI verdict.
 
 The first run is the baseline. A metric regresses when the new value exceeds the baseline by more
 than ``threshold`` (a fraction of the baseline value); a metric that was zero regresses on any
@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from analyzers.report import fmt
 from analyzers.report.document import Block, Heading, Items, Paragraph, Table
 from analyzers.report.headline import Attribution, attribution, findings
+from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import RunData
 from mtia_trace.errors import UsageError
@@ -25,7 +25,6 @@ from mtia_trace.schema import ATTRIBUTION
 METRICS: tuple[str, ...] = ("step_time", *ATTRIBUTION)
 #: GitHub caps a job summary at 1 MiB; stay well below it.
 MARKDOWN_LIMIT = 1024 * 1024
-MAX_ANALYSIS_ROWS = 20
 
 
 def parse_threshold(text: str) -> float:
@@ -80,30 +79,78 @@ class Comparison:
     threshold: float
     gate: Delta
     components: list[Delta]  # step time and each component, largest |delta| first
-    analyses: list[Delta]    # summed µs columns of the analyzer tables, largest |delta| first
+    collectives: list[Delta]  # transfer µs per step of each collective op, largest first
+    top_ops: list[Delta]     # critical µs per rank-step of the ops that changed most
+    warnings: list[str]      # what makes the two runs not like for like
 
     @property
     def regressed(self) -> bool:
         return self.gate.delta > 0 and self.gate.rel > self.threshold
 
 
-#: µs columns that are instants or per-row statistics: summing them over rows means nothing.
-_NOT_ADDITIVE = ("at_us", "start_us", "end_us", "ts_us", "arrival_us")
-_STAT_PREFIXES = ("mean_", "avg_", "max_", "min_", "p50_", "p90_", "p99_", "median_", "first_",
-                  "last_")
+#: Ops whose critical time changed most, kept in the comparison.
+MAX_TOP_OPS = 10
 
 
-def _additive(name: str) -> bool:
-    return (name.endswith("_us") and not name.endswith(_NOT_ADDITIVE)
-            and not name.startswith(_STAT_PREFIXES))
+def _per_rank_step(run: RunData) -> int:
+    return max(run.steps.num_rows, 1)
 
 
-def _sum_us_columns(table: pa.Table) -> dict[str, float]:
-    """Sum over rows of each duration column (µs) of an analyzer table."""
-    out = {}
-    for f in table.schema:
-        if _additive(f.name) and pa.types.is_floating(f.type):
-            out[f.name] = float(np.nansum(table.column(f.name).to_numpy(zero_copy_only=False)))
+def _collective_us(run: RunData) -> dict[str, float]:
+    """Transfer µs per step of each collective op: each instance's transfer time (every member
+    rank spends it), summed over instances and divided by the number of steps."""
+    c = run.collectives
+    if c.num_rows == 0:
+        return {}
+    g = c.group_by("coll_op").aggregate([("transfer_us", "sum")])
+    n = max(len(set(run.steps.column("step").to_pylist())), 1)
+    us = np.asarray(g.column("transfer_us_sum").to_numpy()) / n
+    return {str(op): float(v) for op, v in zip(g.column("coll_op").to_pylist(), us.tolist(),
+                                                strict=True)}
+
+
+def _critical_ops(run: RunData) -> dict[str, float]:
+    """Critical µs per rank-step of each op (name and side), from the top_ops analyzer."""
+    t = run.analyses.get("top_ops")
+    if t is None or t.num_rows == 0:
+        return {}
+    n = _per_rank_step(run)
+    out: dict[str, float] = {}
+    for r in t.select(["name", "side", "critical_us"]).to_pylist():
+        key = f"{r['name']} ({r['side']})"
+        out[key] = out.get(key, 0.0) + float(r["critical_us"]) / n
+    return out
+
+
+def _deltas(a: dict[str, float], b: dict[str, float]) -> list[Delta]:
+    return _by_size([Delta(k, a.get(k, 0.0), b.get(k, 0.0)) for k in sorted(set(a) | set(b))
+                     if not (fmt.is_noise_us(a.get(k, 0.0)) and fmt.is_noise_us(b.get(k, 0.0)))])
+
+
+def _trace_ids(run: RunData) -> list[str]:
+    return sorted(str(t.sha256 or t.path) for t in run.meta.traces)
+
+
+def like_for_like(base: RunData, new: RunData) -> list[str]:
+    """Why the two runs are not the same experiment on different settings, one line each."""
+    out = []
+    ta, tb = _trace_ids(base), _trace_ids(new)
+    if ta and tb and ta != tb:
+        out.append("the runs come from different traces (their sha256 differ): deltas mix the "
+                   "workload change with the hardware / setting change")
+    ra = len(set(base.steps.column("rank").to_pylist())) if base.steps.num_rows else 0
+    rb = len(set(new.steps.column("rank").to_pylist())) if new.steps.num_rows else 0
+    if ra != rb:
+        out.append(f"rank counts differ ({ra} vs {rb}): per rank-step means average different "
+                   "sets of ranks")
+    oa = base.meta.options.overrides or []
+    ob = new.meta.options.overrides or []
+    if sorted(map(str, oa)) != sorted(map(str, ob)):
+        out.append(f"spec overrides differ ({', '.join(map(str, oa)) or 'none'} vs "
+                   f"{', '.join(map(str, ob)) or 'none'})")
+    va, vb = base.meta.tool_version, new.meta.tool_version
+    if va and vb and va != vb:
+        out.append(f"tool versions differ ({va} vs {vb}): the model may have changed between them")
     return out
 
 
@@ -116,13 +163,12 @@ def compare_runs(base: RunData, new: RunData, *, metric: str = "step_time",
     check_metric(metric)
     aa, ab = attribution(base), attribution(new)
     comps = [Delta(m, metric_value(aa, m), metric_value(ab, m)) for m in METRICS]
-    analyses = []
-    for name in sorted(set(base.analyses) & set(new.analyses)):
-        sa, sb = _sum_us_columns(base.analyses[name]), _sum_us_columns(new.analyses[name])
-        analyses += [Delta(f"{name}.{col}", sa[col], sb[col]) for col in sa
-                     if col in sb and (sa[col] or sb[col])]
+    ops = _deltas(_critical_ops(base), _critical_ops(new))
+    ops = [d for d in ops if not fmt.is_noise_us(d.delta)][:MAX_TOP_OPS]
     gate = next(d for d in comps if d.name == metric)
-    return Comparison(base, new, metric, threshold, gate, _by_size(comps), _by_size(analyses))
+    return Comparison(base, new, metric, threshold, gate, _by_size(comps),
+                      _deltas(_collective_us(base), _collective_us(new)), ops,
+                      like_for_like(base, new))
 
 
 def verdict(c: Comparison) -> str:
@@ -147,21 +193,31 @@ def compare_blocks(c: Comparison) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, f"mtia-trace compare: {a_name} → {b_name}"),
         Paragraph(verdict(c)),
+        *([Paragraph("**Not like for like:**"), Items([w + "." for w in c.warnings])]
+          if c.warnings else list[Block]()),
+        *([Paragraph(f"**{c.base.hardware} and {c.new.hardware} give the same step time "
+                     "(host-bound): the hardware does not change this step.**")]
+          if c.base.hardware != c.new.hardware and _same(c) else list[Block]()),
         Paragraph(f"Baseline **{a_name}** on {c.base.hardware}; new **{b_name}** on "
                   f"{c.new.hardware}. Values are µs per rank-step; the last column is the change "
                   "as a share of the baseline step time. Largest changes first."),
         Table(["component", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
               [_delta_row(d, step_a) for d in c.components], ["l", "r", "r", "r", "r", "r"]),
     ]
-    if c.analyses:
-        shown = c.analyses[:MAX_ANALYSIS_ROWS]
-        note = (f"showing {len(shown)} of {len(c.analyses)} columns"
-                if len(c.analyses) > len(shown) else "")
-        blocks += [Heading(3, "Analyzer tables (µs columns summed over rows)"),
-                   Table(["analyzer.column", a_name, b_name, "Δ µs", "ratio", "change"],
-                         [_delta_row(d, step_a)[:5] + [fmt.us_rel(d.a, d.b)] for d in shown],
+    if c.collectives:
+        blocks += [Heading(3, "Collectives per op (transfer µs per step)"),
+                   Table(["op", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
+                         [_delta_row(d, step_a) for d in c.collectives],
                          ["l", "r", "r", "r", "r", "r"],
-                         note)]
+                         legend="transfer: time moving each op's data, summed over its instances "
+                                "in a step (each member rank spends it); waiting for peers is "
+                                "peer_wait above")]
+    if c.top_ops:
+        blocks += [Heading(3, "Ops whose critical time changed most (µs per rank-step)"),
+                   Table(["op (side)", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
+                         [_delta_row(d, step_a) for d in c.top_ops],
+                         ["l", "r", "r", "r", "r", "r"],
+                         legend="critical: the op's time on the critical path (top_ops analyzer)")]
     for label, run in ((a_name, c.base), (b_name, c.new)):
         top = findings(run)[:3]
         if top:
@@ -170,12 +226,23 @@ def compare_blocks(c: Comparison) -> list[Block]:
     return blocks
 
 
+def _same(c: Comparison) -> bool:
+    """Every component agrees to 1e-9 of the baseline step."""
+    tol = 1e-9 * max(abs(c.gate.a), 1.0) if c.metric == "step_time" else 1e-9
+    return all(abs(d.delta) <= max(tol, fmt.NOISE_US) for d in c.components)
+
+
 def render_compare_markdown(c: Comparison) -> str:
     text = render_markdown(compare_blocks(c))
-    if len(text.encode()) > MARKDOWN_LIMIT:  # only reachable with absurd analyzer outputs
+    if len(text.encode()) > MARKDOWN_LIMIT:  # only reachable with absurd op names
         text = render_markdown(compare_blocks(Comparison(c.base, c.new, c.metric, c.threshold,
-                                                         c.gate, c.components, [])))
+                                                         c.gate, c.components, [], [],
+                                                         c.warnings)))
     return text
+
+
+def render_compare_html(c: Comparison) -> str:
+    return render_html(compare_blocks(c), title=f"mtia-trace compare: {c.base.name} → {c.new.name}")
 
 
 def _num(x: float) -> float | None:
@@ -193,7 +260,9 @@ def compare_dict(c: Comparison) -> dict:
         "metric": c.metric, "threshold": c.threshold, "regressed": c.regressed,
         "gate": row(c.gate),
         "components": [row(d) for d in c.components],
-        "analyses": [row(d) for d in c.analyses],
+        "warnings": c.warnings,
+        "collectives": [row(d) for d in c.collectives],
+        "top_ops": [row(d) for d in c.top_ops],
         "bottlenecks": {"baseline": [f.text for f in findings(c.base)[:3]],
                         "new": [f.text for f in findings(c.new)[:3]]},
     }

@@ -40,7 +40,15 @@ class Figure:
     alt: str = ""
 
 
-Block = Heading | Paragraph | Items | Table | Figure
+@dataclass(frozen=True)
+class Timeline:
+    """An interactive timeline (HTML only): ``data`` is what `figures.timeline_data` returns."""
+
+    caption: str
+    data: dict
+
+
+Block = Heading | Paragraph | Items | Table | Figure | Timeline
 
 
 def table_from_arrow(table: object, *, limit: int = 10, cell=None) -> Table:

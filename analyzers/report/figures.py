@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from analyzers.report.run_data import RunData  # noqa: E402
@@ -29,8 +29,10 @@ KIND_COLORS: dict[str, str] = {
     "elementwise": "#5dade2", "reduction": "#5dade2", "optimizer": "#9b59b6",
     "runtime": "#b0b6c0", "host_op": "#95a5a6", "sync": "#f1c40f",
 }
+#: Host ops in two greys by nesting depth, so device work (coloured by kind) stands out.
+HOST_COLORS = ("#9aa3ad", "#c3c9d0")
 MAX_TIMELINE_TRACKS = 48
-MAX_TIMELINE_EVENTS = 20_000
+MAX_TIMELINE_EVENTS = 200_000
 DPI = 100
 
 
@@ -108,8 +110,50 @@ def _median_step(run: RunData) -> int | None:
     return int(s[np.argsort(t, kind="stable")[len(t) // 2]])
 
 
-def step_timeline(run: RunData) -> tuple[bytes, int] | None:
-    """Gantt chart of one step (the median one) across ranks and streams; collectives in red."""
+def time_unit(span_us: float) -> tuple[str, float]:
+    """The unit that fits a span: (label, µs per unit)."""
+    if span_us >= 2e6:
+        return "s", 1e6
+    if span_us >= 2e3:
+        return "ms", 1e3
+    return "µs", 1.0
+
+
+def timeline_ranks(run: RunData, limit: int) -> tuple[list[int], str]:
+    """Ranks the timeline draws (all when they fit their track budget) and how they were chosen:
+    the late ranks of collectives and the slowest rank first, then the rest in order."""
+    steps = run.steps
+    ranks = sorted(set(_np(steps, "rank").tolist())) if steps.num_rows else []
+    if len(ranks) <= limit:
+        return ranks, "every rank"
+    first: list[int] = []
+    if run.collectives.num_rows:
+        late = _np(run.collectives, "late_rank")
+        skew = _np(run.collectives, "skew_us")
+        order = np.argsort(-skew, kind="stable")
+        first += [int(r) for r in late[order] if r >= 0]
+    g = steps.group_by("rank").aggregate([("total_us", "mean")]).sort_by(
+        [("total_us_mean", "descending"), ("rank", "ascending")])
+    first += [int(x) for x in _np(g, "rank")[:1]]
+    chosen = list(dict.fromkeys(first))[:limit]
+    chosen += [r for r in ranks if r not in chosen][:limit - len(chosen)]
+    return sorted(chosen), (f"{len(chosen)} of {len(ranks)} ranks: the late ranks of "
+                            "collectives and the slowest rank first, then the lowest-numbered")
+
+
+def _track_label(track: str) -> str:
+    parts = track.split(":")
+    if parts[0] == "dev" and len(parts) == 3:
+        return f"device {parts[1]} stream {parts[2]}"
+    if parts[0] == "host" and len(parts) == 3:
+        return f"host thread {parts[2]}"
+    return track
+
+
+def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
+    """Gantt chart of one step (the median one): a row per rank and thread/stream, host ops in
+    greys (nested ones thinner), device work coloured by kind, collectives outlined; drawn as one
+    collection. Returns (PNG, step, which ranks it shows)."""
     step = _median_step(run)
     ev = run.events
     if step is None or ev.num_rows == 0:
@@ -120,43 +164,78 @@ def step_timeline(run: RunData) -> tuple[bytes, int] | None:
     sub = ev.filter(pa.array(keep))
     if sub.num_rows == 0:
         return None
+    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
+    tracks_per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
+    ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // tracks_per_rank))
+    sub = sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks)))
     if sub.num_rows > MAX_TIMELINE_EVENTS:
         dur = _np(sub, "end_us") - _np(sub, "start_us")
         sub = sub.take(pa.array(np.sort(np.argsort(-dur, kind="stable")[:MAX_TIMELINE_EVENTS])))
-    labels = pc.binary_join_element_wise(
-        pc.cast(sub.column("rank"), pa.string()), sub.column("track"), " ")
+        selection += f"; the {MAX_TIMELINE_EVENTS:,} longest events"
     rank = _np(sub, "rank")
+    enc = sub.column("track").combine_chunks().dictionary_encode()
+    names = enc.dictionary.to_pylist()
+    tcode = enc.indices.to_numpy()
     is_dev = _np(sub, "is_device").astype(bool)
-    lab = labels.to_numpy(zero_copy_only=False).astype(str)
-    # order: rank, then device streams before host threads, then name
-    keys = sorted(set(zip(rank.tolist(), (~is_dev).tolist(), lab.tolist())))
-    if len(keys) > MAX_TIMELINE_TRACKS:
-        keys = keys[:MAX_TIMELINE_TRACKS]
-    row_of = {k[2]: i for i, k in enumerate(keys)}
-    row = np.array([row_of.get(x, -1) for x in lab])
+    # one row per (rank, track): device streams before host threads, then by name
+    pair = rank.astype(np.int64) * len(names) + tcode
+    upair, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+    keys = sorted(((int(rank[i]), not bool(is_dev[i]), str(names[tcode[i]]), j)
+                   for j, i in enumerate(first.tolist())))[:MAX_TIMELINE_TRACKS]
+    row_of_pair = np.full(len(upair), -1)
+    row_of_pair[[kk[3] for kk in keys]] = np.arange(len(keys))
+    row = row_of_pair[inv.ravel()]
     shown = row >= 0
     start, end = _np(sub, "start_us")[shown], _np(sub, "end_us")[shown]
-    t0 = start.min()
-    k = _np(sub, "kind").astype(str)[shown]
-    colors = np.array([KIND_COLORS.get(x, "#34495e") for x in k])
+    row, k, dev = row[shown], _np(sub, "kind").astype(str)[shown], is_dev[shown]
+    depth = np.where(dev, 0, _np(sub, "depth")[shown]).astype(float)
+    t0 = float(start.min())
+    unit, scale = time_unit(float(end.max()) - t0)
+    x0, x1 = (start - t0) / scale, (end - t0) / scale
+    half = np.where(dev, 0.38, 0.38 * 0.8 ** np.minimum(depth, 6))
+    verts = np.stack([np.c_[x0, row - half], np.c_[x0, row + half], np.c_[x1, row + half],
+                      np.c_[x1, row - half]], axis=1)
+    ukind, kinv = np.unique(k, return_inverse=True)
+    kind_color = np.array([KIND_COLORS.get(x, "#34495e") for x in ukind.tolist()], dtype=object)
+    colors = np.where(dev, kind_color[kinv.ravel()],
+                      np.where(depth % 2 == 0, HOST_COLORS[0], HOST_COLORS[1]))
+    coll = np.isin(k, ["collective", "p2p"]) & dev
     fig, ax = plt.subplots(figsize=(11, max(2.5, 0.32 * len(keys) + 1.2)))
-    ax.barh(row[shown], np.maximum(end - start, 0.0), left=start - t0, height=0.7, color=colors,
-            edgecolor="none")
-    coll = np.isin(k, ["collective", "p2p"])
+    order = np.argsort(depth, kind="stable")  # parents under their children
+    # an (N, 4, 2) array is a valid sequence of polygons (the stubs want a Sequence)
+    ax.add_collection(PolyCollection(verts[order], facecolors=colors[order],  # type: ignore[arg-type]
+                                     edgecolors="none"))
     if coll.any():
-        ax.barh(row[shown][coll], (end - start)[coll], left=(start - t0)[coll], height=0.7,
-                fill=False, edgecolor="#8b0000", linewidth=0.8)
-    ax.set_yticks(np.arange(len(keys)), [f"rank {k[0]} · {k[2].split(' ', 1)[1]}" for k in keys],
+        ax.add_collection(PolyCollection(verts[coll], facecolors="none",  # type: ignore[arg-type]
+                                         edgecolors="#8b0000",
+                                         linewidths=0.8))
+    ax.set_xlim(0, max(float(x1.max()), 1e-9))
+    ax.set_ylim(len(keys) - 0.5, -0.5)
+    ax.set_yticks(np.arange(len(keys)), [f"rank {kk[0]} · {_track_label(kk[2])}" for kk in keys],
                   fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"µs since the start of step {step}")
-    ax.set_title(f"Timeline of step {step} (replayed); collectives outlined in dark red",
-                 fontsize=10)
-    present = [x for x in KIND_COLORS if x in set(k) and x != "p2p"]
-    ax.legend(handles=[Patch(color=KIND_COLORS[x], label=x) for x in present], fontsize=7,
-              frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_xlabel(f"{unit} since the start of step {step}")
+    ax.set_title(f"Timeline of step {step} (replayed): host ops grey (nested thinner), device "
+                 "work by kind, collectives outlined", fontsize=9)
+    present = [x for x in KIND_COLORS if x in set(k[dev]) and x != "p2p"]
+    handles = [Patch(color=HOST_COLORS[0], label="host op")] if (~dev).any() else []
+    handles += [Patch(color=KIND_COLORS[x], label=f"device {x}") for x in present]
+    ax.legend(handles=handles, fontsize=7, frameon=False, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
-    return _png(fig), step
+    return _png(fig), step, selection
+
+
+#: The heat map's colour scale spans at least this fraction of the mean step time, so a spread
+#: of a few hundredths of a percent shows as nearly one colour instead of full contrast.
+MIN_COLOUR_SPAN = 0.05
+
+
+def colour_range(lo: float, hi: float) -> tuple[float, float]:
+    """(vmin, vmax) for step times in [lo, hi]: the data's range, widened around its middle to
+    at least `MIN_COLOUR_SPAN` of it."""
+    mid = (lo + hi) / 2
+    half = max((hi - lo) / 2, MIN_COLOUR_SPAN * abs(mid) / 2, 1e-12)
+    return mid - half, mid + half
 
 
 def _axis_values(values: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -208,18 +287,76 @@ def sweep_figure(table: pa.Table, axes: list[str]) -> bytes | None:
         for i in np.flatnonzero(keep):
             grid[l0.index(v0[i]), l1.index(v1[i])] = step[i]
         fig, ax = plt.subplots(figsize=(1.2 + 0.8 * len(l1) + 2, 1.0 + 0.5 * len(l0) + 1))
-        im = ax.imshow(grid, cmap="viridis_r", aspect="auto")
+        lo, hi = np.nanmin(grid), np.nanmax(grid)
+        vmin, vmax = colour_range(lo, hi)
+        im = ax.imshow(grid, cmap="viridis_r", aspect="auto", vmin=vmin, vmax=vmax)
         ax.set_xticks(np.arange(len(l1)), l1, fontsize=8)
         ax.set_yticks(np.arange(len(l0)), l0, fontsize=8)
         ax.set_xlabel(a1)
         ax.set_ylabel(a0)
-        lo, hi = np.nanmin(grid), np.nanmax(grid)
         for (r, c), v in np.ndenumerate(grid):
             if not np.isnan(v):  # dark text on the light (fast) end of the colour map
-                light = hi == lo or (v - lo) / (hi - lo) < 0.5
+                light = (v - vmin) / (vmax - vmin) < 0.5
                 ax.text(c, r, f"{v:,.0f}", ha="center", va="center", fontsize=7,
                         color="black" if light else "white")
         fig.colorbar(im, ax=ax, label="step µs")
         ax.set_title("Step time (µs) over " + " × ".join(axes[:2]), fontsize=10)
         return _png(fig)
     return None
+
+
+#: Events the interactive timeline embeds (the longest ones), to keep the page small.
+MAX_INTERACTIVE_EVENTS = 5_000
+
+
+def timeline_data(run: RunData) -> dict | None:
+    """The interactive timeline's data for the median step: rows (rank · thread/stream) and per
+    event its row, start and duration (µs from the step's first event), kind and name. The same
+    rank selection as `step_timeline`; the `MAX_INTERACTIVE_EVENTS` longest events."""
+    step = _median_step(run)
+    ev = run.events
+    if step is None or ev.num_rows == 0:
+        return None
+    kind = _np(ev, "kind").astype(str)
+    keep = (_np(ev, "step") == step) & ~np.isin(kind, ["annotation", "instant"]) \
+        & (_np(ev, "ph").astype(str) == "X")
+    sub = ev.filter(pa.array(keep))
+    if sub.num_rows == 0:
+        return None
+    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
+    per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
+    ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // per_rank))
+    sub = sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks)))
+    t0 = float(_np(sub, "start_us").min())
+    span = float(_np(sub, "end_us").max()) - t0
+    dur = _np(sub, "end_us") - _np(sub, "start_us")
+    if sub.num_rows > MAX_INTERACTIVE_EVENTS:
+        sub = sub.take(pa.array(np.sort(np.argsort(-dur, kind="stable")[:MAX_INTERACTIVE_EVENTS])))
+        dur = _np(sub, "end_us") - _np(sub, "start_us")
+        selection += f"; the {MAX_INTERACTIVE_EVENTS:,} longest events"
+    rank = _np(sub, "rank").tolist()
+    track = sub.column("track").to_pylist()
+    dev = _np(sub, "is_device").astype(bool).tolist()
+    keys = sorted({(r, not d, t) for r, d, t in zip(rank, dev, track, strict=True)})
+    keys = keys[:MAX_TIMELINE_TRACKS]
+    row_of = {(k[0], k[2]): i for i, k in enumerate(keys)}
+    rows = [row_of.get((r, t), -1) for r, t in zip(rank, track, strict=True)]
+    kinds = sub.column("kind").to_pylist()
+    names = sub.column("name").to_pylist()
+    start = _np(sub, "start_us").tolist()
+    durs = dur.tolist()
+    crit = (sub.column("critical").to_pylist() if "critical" in sub.column_names
+            else [False] * len(rows))
+    shown = [i for i, r in enumerate(rows) if r >= 0]
+    unit, scale = time_unit(span)
+    return {
+        "step": step, "selection": selection, "unit": unit, "scale": scale, "span": span,
+        "rows": [f"rank {k[0]} · {_track_label(k[2])}" for k in keys],
+        "row": [rows[i] for i in shown],
+        "start": [round(start[i] - t0, 3) for i in shown],
+        "dur": [round(durs[i], 3) for i in shown],
+        "kind": [kinds[i] if dev[i] else "host" for i in shown],
+        "name": [str(names[i])[:120] for i in shown],
+        "critical": [bool(crit[i]) for i in shown],
+        "colors": {**KIND_COLORS, "host": HOST_COLORS[0]},
+    }

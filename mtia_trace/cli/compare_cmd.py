@@ -15,6 +15,7 @@ from analyzers.report.compare import (
     compare_dict,
     compare_runs,
     parse_threshold,
+    render_compare_html,
     render_compare_markdown,
 )
 from analyzers.report.run_data import RunData, load_run
@@ -28,6 +29,7 @@ from mtia_trace.replay_job import ReplayOptions, destinations, replay_trace
 
 class CompareFormat(str, Enum):
     md = "md"
+    html = "html"
     json = "json"
 
 
@@ -123,8 +125,12 @@ def compare(
         result = compare_runs(base, new, metric=metric, threshold=limit)
     if fmt is CompareFormat.json:
         text = (orjson.dumps(compare_dict(result), option=orjson.OPT_INDENT_2) + b"\n").decode()
+    elif fmt is CompareFormat.html:
+        text = render_compare_html(result)
     else:
         text = render_compare_markdown(result)
+    for w in result.warnings:
+        typer.echo(f"mtia-trace: warning: {w}", err=True)
     write_output(text, output, force=force)
     if result.regressed:
         raise typer.Exit(1)

@@ -12,6 +12,8 @@ from enum import Enum
 
 import typer
 
+from mtia_trace.cli.json_output import print_json
+from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
 from mtia_trace.errors import UsageError
 from replay.hardware import (
     NCCL_TESTS_OPS,
@@ -27,15 +29,31 @@ app = typer.Typer(help="Hardware specs: list them, show one with sources and con
 
 
 @app.command("list")
-def list_cmd() -> None:
+def list_cmd(fmt: PrintFormat = PRINT_FORMAT_OPTION) -> None:
     """List the bundled hardware specs.
 
     Example: mtia-trace hw list
     """
+    rows = []
     for name in list_specs():
         spec = load_spec(name)
-        typer.echo(f"{name:<10} {spec.family:<5} {len(spec.assumed()):>2} assumed  "
-                   f"{spec.description}")
+        rows.append({"name": name, "family": spec.family, "assumed": len(spec.assumed()),
+                     "description": spec.description})
+    if fmt is PrintFormat.json:
+        print_json(rows)
+        return
+    cols = ("name", "family", "assumed", "description")
+    cells = [[str(r[c]) for c in cols] for r in rows]
+    width = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+
+    def line(row: list[str] | tuple[str, ...]) -> str:
+        return "  ".join(v.rjust(w) if c == "assumed" else v.ljust(w)
+                         for v, w, c in zip(row, width, cols, strict=True)).rstrip()
+
+    typer.echo(line(cols))
+    typer.echo("  ".join("-" * w for w in width))
+    for row in cells:
+        typer.echo(line(row))
 
 
 @app.command("show")
@@ -47,6 +65,7 @@ def show(
     vs: str = typer.Option(None, "--vs", metavar="SPEC",
                            help="Also list the collective-model values that differ from SPEC "
                                 "(what drives a comparison between the two)."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Print every number of a spec with its source and confidence.
 
@@ -54,9 +73,22 @@ def show(
     Example: mtia-trace hw show mtia300 --vs h100
     """
     spec = load_spec(name, list(overrides or []))
+    keys = spec.assumed() if assumed_only else spec.keys()
+    model = model_for(spec)
+    if fmt is PrintFormat.json:
+        print_json({"name": spec.name, "family": spec.family, "description": spec.description,
+                    "origin": spec.origin,
+                    "values": [{"key": k, "value": spec.value(k), "confidence": spec.confidence(k),
+                                "source": spec.source(k)} for k in keys],
+                    "model": {"overlap_slowdown": model.overlap_slowdown(),
+                              "concurrent_collectives_per_rank": model.pool_capacity(),
+                              "assumed_values": len(spec.assumed())},
+                    "differences": None if not vs else [
+                        {"key": k, "value": a, "other": b, "confidence": c}
+                        for k, a, b, c in collective_differences(spec, load_spec(vs))]})
+        return
     typer.echo(f"{spec.name} ({spec.family}): {spec.description}")
     typer.echo(f"from {spec.origin}\n")
-    keys = spec.assumed() if assumed_only else spec.keys()
     width = max((len(k) for k in keys), default=10)
     vwidth = max((len(str(spec.value(k))) for k in keys), default=5)
     for key in keys:
@@ -65,7 +97,6 @@ def show(
         typer.echo(head + src[0])
         for line in src[1:]:
             typer.echo(" " * len(head) + line)
-    model = model_for(spec)
     typer.echo(f"\nmodel: compute slowdown when overlapping communication "
                f"{model.overlap_slowdown():.1%}; {model.pool_capacity()} concurrent collective(s) "
                f"per rank; {len(spec.assumed())} assumed value(s)")

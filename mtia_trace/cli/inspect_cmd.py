@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from mtia_trace.cli.json_output import print_json, records
+from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
 from mtia_trace.ingest import load
 from mtia_trace.trace_summary import Summary, summarize
 
@@ -66,9 +68,23 @@ def render(s: Summary) -> str:
 def inspect(
     trace: Path = typer.Argument(..., help="Kineto trace (.json/.json.gz) or a folder of per-rank traces."),
     top: int = typer.Option(10, "--top", help="How many ops to list by time."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Summarise a trace: ranks, steps, streams, event kinds, top ops, collectives, warnings.
 
     Example: mtia-trace inspect sample_traces/torch_cpu_dlrm
     """
-    typer.echo(render(summarize(load(trace), top=top)))
+    s = summarize(load(trace), top=top)
+    if fmt is PrintFormat.json:
+        print_json(summary_dict(s))
+    else:
+        typer.echo(render(s))
+
+
+def summary_dict(s: Summary) -> dict:
+    """The ``--format json`` shape of `inspect`."""
+    return {"ranks": s.ranks, "files": s.files, "steps": records(s.steps),
+            "streams": records(s.streams), "events_by_kind": dict(s.counts),
+            "top_ops_by": "device time" if s.device else "host self time",
+            "top_ops": records(s.top_ops), "collectives": records(s.collectives),
+            "warnings": list(s.warnings)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 import typer
 
 TRACE_ARGUMENT = typer.Argument(
@@ -21,3 +23,15 @@ WHATIF_OPTION = typer.Option(
     help="Op-level what-if applied to costs before scheduling (repeatable), e.g. "
          "'rank=3,kind=embedding,scope=*backward*:x0.5', 'name=aten::mm:-20%', "
          "'name=data_wait:=0us', 'kind=gemm:+5ms'. See docs/whatif.md.")
+
+
+class PrintFormat(str, Enum):
+    """How a command prints its result: text for people, json for machines."""
+
+    text = "text"
+    json = "json"
+
+
+#: ``--format text|json`` for commands that print a result (one stable JSON shape per command).
+PRINT_FORMAT_OPTION = typer.Option(PrintFormat.text, "--format",
+                                   help="text for people, json for machines (one stable shape).")

@@ -164,3 +164,4 @@ def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None
         sys.stdout.write(text)
     else:
         write_file(text, out, force=force)
+

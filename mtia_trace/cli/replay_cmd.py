@@ -9,13 +9,16 @@ import pyarrow as pa
 import typer
 
 from mtia_trace import schema
+from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import (
     LOSS_RATE_OPTION,
+    PRINT_FORMAT_OPTION,
     SEED_OPTION,
     SET_OPTION,
     SOURCE_HW_OPTION,
     TRACE_ARGUMENT,
     WHATIF_OPTION,
+    PrintFormat,
 )
 from mtia_trace.cli.output import render_table
 from mtia_trace.progress import Progress
@@ -52,6 +55,15 @@ def step_table(steps: pa.Table) -> pa.Table:
     return pa.table(trimmed)
 
 
+def step_rows(steps: pa.Table) -> list[dict]:
+    """Attribution per step, mean over ranks: the ``--format json`` rows (every step)."""
+    cols = ["total_us", "measured_us"] + [f"{a}_us" for a in schema.ATTRIBUTION]
+    g = steps.group_by("step").aggregate([("rank", "count")] + [(c, "mean") for c in cols])
+    g = g.sort_by("step")
+    return [{"step": r["step"], "ranks": r["rank_count"], **{c: r[f"{c}_mean"] for c in cols}}
+            for r in g.to_pylist()]
+
+
 def replay(
     trace: Path = TRACE_ARGUMENT,
     hw: list[str] = typer.Option(None, "--hw", help="Target hardware: a bundled spec name or a "
@@ -72,6 +84,7 @@ def replay(
                                   help="Replay on an existing Dask cluster (mtia-trace[distributed])."),
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Replay on a local Dask cluster of N worker processes."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Replay a trace on target hardware and store the run (Parquet + run.json).
 
@@ -85,16 +98,26 @@ def replay(
                          seed=seed, source_hw=source_hw, force=force, scheduler=scheduler,
                          workers=workers, whatifs=list(whatif or []))
     dests = destinations(trace, hws, out)
+    warnings: list[str] = []
+
+    def warn(w: str) -> None:
+        warnings.append(w)
+        if not quiet and fmt is not PrintFormat.json:
+            typer.echo(f"mtia-trace: warning: {w}", err=True)
+
     with Progress("replay", quiet=quiet) as progress:
-        steps = replay_trace(trace, dests, opts, progress=progress,
-                             warn=None if quiet else
-                             (lambda w: typer.echo(f"mtia-trace: warning: {w}", err=True)))
+        steps = replay_trace(trace, dests, opts, progress=progress, warn=warn)
+    same = identical_targets(steps, hws)
+    if fmt is PrintFormat.json:
+        print_json({"runs": [{"hardware": h, "path": str(dests[h]),
+                              "steps": step_rows(steps[h])} for h in hws],
+                    "identical_targets": same, "warnings": warnings})
+        return
     for h in hws:
         if not quiet:
             typer.echo(f"\n{h}: attribution per step (mean over ranks, us)")
             typer.echo(render_table(step_table(steps[h])), nl=False)
         typer.echo(f"run written to {dests[h]}")
-    same = identical_targets(steps, hws)
     if same:
         typer.echo(f"mtia-trace: warning: {same}", err=True)
 

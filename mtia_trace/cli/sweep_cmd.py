@@ -7,7 +7,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import typer
 
-from mtia_trace.cli.options import LOSS_RATE_OPTION, SEED_OPTION, SOURCE_HW_OPTION, TRACE_ARGUMENT
+from mtia_trace.cli.json_output import print_json
+from mtia_trace.cli.options import (
+    LOSS_RATE_OPTION,
+    PRINT_FORMAT_OPTION,
+    SEED_OPTION,
+    SOURCE_HW_OPTION,
+    TRACE_ARGUMENT,
+    PrintFormat,
+)
 from mtia_trace.cli.output import render_table
 from mtia_trace.destinations import check_file, write_with
 from mtia_trace.errors import UsageError
@@ -38,6 +46,7 @@ def sweep(
                              "(default runs/<trace>-<hw>-sweep.parquet)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only where the table was written."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Replay a trace at every point of a grid of spec values; print and store step time and
     attribution (mean over ranks and steps, us) per point.
@@ -63,6 +72,10 @@ def sweep(
                       seed=seed, whatifs=list(whatif or []), progress=progress)
     progress.close()
     write_with(dest, lambda tmp: pq.write_table(table, tmp), force=force, flag="--out")
+    if fmt is PrintFormat.json:
+        print_json({"path": str(dest), "hardware": hw, "axes": [a for a, _ in axes],
+                    "points": table.to_pylist()})
+        return
     if not quiet:
         typer.echo(render_table(table))
     typer.echo(f"sweep written to {dest}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import typer
 
+from mtia_trace.cli.json_output import print_json
+from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
 from replay.costs import AsMeasured
@@ -40,6 +42,7 @@ def validate(
     strict: bool = typer.Option(False, "--strict",
                                 help="Check the strict error (device ready lags replaced by the "
                                      "modelled launch latency) against --max-error."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Replay a trace as measured and print measured vs replayed time per rank and step.
 
@@ -70,6 +73,29 @@ def validate(
     err, serr = _errors(steps), _errors(strict_steps)
     unx = steps.column("unexplained_us").to_numpy()
     checked = serr if strict else err
+    worst = float(np.abs(checked).max())
+    med = float(np.median(np.abs(err)))
+    share = float(unx.sum() / rep.sum()) if rep.sum() > 0 else 0.0
+    n = result.notes.get("device_events_without_launch", 0)
+    unlinked = int(n) if isinstance(n, int | float) else 0
+    if fmt is PrintFormat.json:
+        print_json({
+            "steps": [{"rank": r, "step": st, "measured_us": float(m), "replayed_us": float(p),
+                       "error": float(e), "strict_error": float(se), "unexplained_us": float(u),
+                       "over_limit": bool(abs(c) > limit)}
+                      for r, st, m, p, e, se, u, c in zip(steps.column("rank").to_pylist(),
+                                                          steps.column("step").to_pylist(), meas,
+                                                          rep, err, serr, unx, checked,
+                                                          strict=True)],
+            "median_abs_error": med, "worst_abs_error": float(np.abs(err).max()),
+            "strict_median_abs_error": float(np.median(np.abs(serr))),
+            "strict_worst_abs_error": float(np.abs(serr).max()),
+            "checked": "strict" if strict else "error", "max_error": limit,
+            "passed": worst <= limit, "unexplained_fraction": share,
+            "device_events_without_launch": unlinked})
+        if worst > limit:
+            raise typer.Exit(1)
+        return
     typer.echo(f"{'rank':>5} {'step':>6} {'measured_us':>14} {'replayed_us':>14} {'error':>9} "
                f"{'strict':>9} {'unexplained_us':>15}")
     for r, st, m, p, e, se, u, c in zip(steps.column("rank").to_pylist(),
@@ -77,16 +103,12 @@ def validate(
                                         meas, rep, err, serr, unx, checked):
         flag = "  !" if abs(c) > limit else ""
         typer.echo(f"{r:>5} {st:>6} {m:>14.3f} {p:>14.3f} {e:>+8.3%} {se:>+8.3%} {u:>15.3f}{flag}")
-    worst = float(np.abs(checked).max())
-    share = float(unx.sum() / rep.sum()) if rep.sum() > 0 else 0.0
-    typer.echo(f"median |error| {float(np.median(np.abs(err))):.3%}, worst "
+    typer.echo(f"median |error| {med:.3%}, worst "
                f"{float(np.abs(err).max()):.3%}; strict: median {float(np.median(np.abs(serr))):.3%}"
                f", worst {float(np.abs(serr).max()):.3%} (limit {limit:.3%} on "
                f"{'strict' if strict else 'error'})")
     lat = f"{latency:g} us ({source})" if latency is not None else "unknown (0 us modelled)"
     typer.echo(f"unexplained: {share:.1%} of replayed step time (launch latency {lat})")
-    n = result.notes.get("device_events_without_launch", 0)
-    unlinked = int(n) if isinstance(n, int | float) else 0
     if unlinked:
         typer.echo(f"note: {unlinked} device events have no launch link in the trace; "
                    "their starts follow only their stream")
