@@ -22,8 +22,20 @@ import numpy as np
 import pyarrow as pa
 
 from mtia_trace import schema
-from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
-from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts, device_waits
+from replay.attribution import (
+    attribute_steps,
+    check_attribution,
+    passive_events,
+    summarize,
+)
+from replay.costs import (
+    COMPONENTS,
+    MEASURED_DUR,
+    AsMeasured,
+    CostModel,
+    EventCosts,
+    device_waits,
+)
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import Graph, _is_in, build_graph
 from replay.groups import runs
@@ -36,8 +48,6 @@ COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optim
                  "other")
 
 
-#: costing-input column keeping each event's measured duration (``dur_us`` there is corrected)
-MEASURED_DUR = "measured_dur_us"
 
 
 def costing_input(events: pa.Table, g: Graph) -> pa.Table:
@@ -77,6 +87,29 @@ def overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np
         ov = covered(seg_s, seg_e, start[sel], end[sel])
         frac[sel] = np.where(span > 0, ov / np.where(span > 0, span, 1), 0.0)
     return frac
+
+
+def overlap_stretch(events: pa.Table, inter: object | None, comps: dict[str, np.ndarray],
+                    s: Schedule, slow: float) -> dict[str, np.ndarray] | None:
+    """The cost components with compute (and fetch) stretched where it overlaps communication
+    in schedule ``s``: by the model's per-event interference ``inter`` when it gives one
+    (`EventCosts.interference`), else by ``1 + slow x overlapped fraction``; None if unchanged."""
+    out = dict(comps)
+    if inter is not None:
+        c, f = inter.apply(comps["compute"], comps["fetch"], s.ready[0::2], s.T[0::2],  # type: ignore[attr-defined]
+                           s.T[1::2])
+        if np.array_equal(c, comps["compute"]) and np.array_equal(f, comps["fetch"]):
+            return None
+        out["compute"], out["fetch"] = c, f
+        return out
+    if slow <= 0:
+        return None
+    frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
+    stretch = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
+    if not stretch.any():
+        return None
+    out["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
+    return out
 
 
 def replay_events(events: pa.Table, model: CostModel | None = None, *,
@@ -128,19 +161,15 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
 
 def schedule_costs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray], costs: EventCosts,
                    slow: float) -> tuple[Schedule, dict[str, np.ndarray]]:
-    """Schedule ``g`` with the cost components ``comps``; with an overlap slowdown ``slow`` > 0,
-    stretch compute overlapping communication and schedule once more (module docstring).
-    Returns the schedule and the components it used."""
+    """Schedule ``g`` with the cost components ``comps``; where compute overlaps communication
+    stretch it (`overlap_stretch`: the model's per-event interference, else ``slow``) and
+    schedule once more (module docstring). Returns the schedule and the components it used."""
     dur = sum(comps.values())
     s = schedule(g, dur, costs.resource, costs.resource_capacity)
-    if slow > 0:
-        frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
-        stretch = _is_in(events, "kind", COMPUTE_KINDS) & (frac > 0)
-        if stretch.any():
-            comps = dict(comps)
-            comps["compute"] = comps["compute"] * (1.0 + slow * frac * stretch)
-            dur = sum(comps.values())
-            s = schedule(g, dur, costs.resource, costs.resource_capacity)
+    stretched = overlap_stretch(events, costs.interference, comps, s, slow)
+    if stretched is not None:
+        comps = stretched
+        s = schedule(g, sum(comps.values()), costs.resource, costs.resource_capacity)
     return s, comps
 
 

@@ -113,6 +113,7 @@ class Shard:
     ghost_pts: np.ndarray     # start points of the ghosts, in the driver's ghost order
     member_pts: np.ndarray    # start points of local members, in the driver's member order
     stretched: bool = False
+    interference: object | None = None  # the model's EventCosts.interference
 
 
 def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: dict[int, int],
@@ -153,6 +154,10 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
         from replay.hardware.source import tag_source
 
         allev = tag_source(allev, source[0], source[1])
+    shard_meta = (ev.schema.metadata or {}).get(schema.TABLE_BYTES_KEY)
+    if shard_meta:  # the ranks' embedding shards (the cast to the schema dropped it)
+        allev = allev.replace_schema_metadata({**(allev.schema.metadata or {}),
+                                               schema.TABLE_BYTES_KEY: shard_meta})
     loc_rank = rank[order]
     gid = np.empty(len(order), dtype=np.int64)
     old = order[local]
@@ -175,7 +180,8 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
                  comps=comps, dur=sum(comps.values()), resource=resource,
                  capacity=np.asarray(costs.resource_capacity), notes=notes,
                  ghost_pts=2 * new_of[n_loc:n_loc + n_gh],
-                 member_pts=2 * new_of[np.asarray(member_ids, dtype=np.int64)])
+                 member_pts=2 * new_of[np.asarray(member_ids, dtype=np.int64)],
+                 interference=costs.interference)
 
 
 def _schedule(sh: Shard, arrivals: np.ndarray):  # noqa: ANN202
@@ -195,16 +201,16 @@ def arrivals(sh: Shard, ghost_arrivals: np.ndarray) -> np.ndarray:
 
 def stretch(sh: Shard, ghost_arrivals: np.ndarray, slow: float) -> Shard:
     """The overlap-slowdown correction of `replay.run.replay_events` on the converged schedule."""
-    from replay.graph import _is_in
-    from replay.run import COMPUTE_KINDS, overlap_fraction
+    from replay.run import overlap_stretch
 
-    _g, s = _schedule(sh, ghost_arrivals)
-    frac = overlap_fraction(sh.events, s.T[0::2], s.T[1::2])
-    m = _is_in(sh.events, "kind", COMPUTE_KINDS) & (frac > 0) & sh.local
-    if not m.any():
+    if sh.interference is None and slow <= 0:
         return sh
-    comps = dict(sh.comps)
-    comps["compute"] = comps["compute"] * (1.0 + slow * frac * m)
+    _g, s = _schedule(sh, ghost_arrivals)
+    comps = overlap_stretch(sh.events, sh.interference, sh.comps, s, slow)
+    if comps is None:
+        return sh
+    for c in comps:  # ghosts cost nothing
+        comps[c] = np.where(sh.local, comps[c], 0.0)
     return dataclasses.replace(sh, comps=comps, dur=sum(comps.values()), stretched=True)
 
 
