@@ -236,7 +236,8 @@ empty; numbers are >= 0; efficiencies lie in (0, 1]; `comm.path` is `offloaded` 
 dedicated message engines: needs `comm.message_engines`, `comm.engines_per_collective`,
 `comm.engine_reduction_GBps`, `comm.overlap_slowdown`) or `on_compute` (collectives on the
 compute cores: needs `comm.sm_count`, `comm.comm_ctas`, `comm.mem_contention`,
-`comm.gemm_waves_max`, `comm.concurrent_collectives`, `comm.reduction_GBps`); `comm.algorithm`
+`comm.concurrent_collectives`, `comm.reduction_GBps`, `interference.gemm_tile_m`,
+`interference.gemm_tile_n`, `interference.split_k_min_k`); `comm.algorithm`
 is auto / ring / tree / nvls / nvls_tree / collnet / hierarchical and `comm.protocol` auto / ll /
 ll128 / simple; the NVLS keys (`comm.nvls_efficiency`, `network.nvls_*`,
 `comm.nvls_tree_channel_*`) come together or not at all (no NVLS without them), and
@@ -272,12 +273,13 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
        round(avg(total_us) / avg(measured_us), 3) AS ratio
 FROM steps GROUP BY step ORDER BY step"""),
     ("The exact-sum invariant",
-     "The seven categories add up to the step time on every rank and step; this returns no rows.",
+     "The eight categories add up to the step time on every rank and step; this returns no rows.",
      """SELECT rank, step, total_us,
-       compute_us + fetch_us + collective_us + queue_us + retry_us + host_us + idle_us AS parts
+       compute_us + fetch_us + collective_us + peer_wait_us + queue_us + retry_us + host_us
+       + idle_us AS parts
 FROM steps
-WHERE abs(total_us - (compute_us + fetch_us + collective_us + queue_us + retry_us
-                      + host_us + idle_us)) > 1e-6 * greatest(total_us, 1)"""),
+WHERE abs(total_us - (compute_us + fetch_us + collective_us + peer_wait_us + queue_us
+                      + retry_us + host_us + idle_us)) > 1e-6 * greatest(total_us, 1)"""),
     ("Slowest rank of each step",
      "The rank whose replayed step is longest, and by how much it exceeds the median rank.",
      """SELECT step, arg_max(rank, total_us) AS slowest_rank,

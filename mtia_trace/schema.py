@@ -18,6 +18,9 @@ import numpy as np
 import pyarrow as pa
 
 SCHEMA_VERSION = "1.1"
+#: Events-table schema metadata: JSON ``{rank: bytes}`` of the embedding tables each rank's
+#: lookups read from (its shard), from the recorded shapes of its embedding ops.
+TABLE_BYTES_KEY = b"mtia_trace.embedding_table_bytes"
 
 #: The closed vocabulary of ``events.kind``.
 KINDS: tuple[str, ...] = (

@@ -15,6 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+#: Costing-input column keeping each event's measured duration (``dur_us`` there is corrected:
+#: a collective's transfer part, a synchronize call's return latency), for models that need the
+#: measured schedule (e.g. where compute overlapped communication in the trace).
+MEASURED_DUR = "measured_dur_us"
+
 #: The per-event cost components; they sum to `EventCosts.dur_us`.
 COMPONENTS: tuple[str, ...] = ("compute", "fetch", "collective", "retry", "host")
 #: Kinds whose device events are compute (stretched by the overlap slowdown).
@@ -40,6 +45,10 @@ class EventCosts:
     resource_capacity: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
     #: what-if knobs and assumptions the model used, for the run's metadata and report
     notes: dict[str, object] = field(default_factory=dict)
+    #: per-event interference of communication with compute on a schedule: an object with
+    #: ``apply(compute, fetch, ready, start, end) -> (compute, fetch)``
+    #: (`replay.hardware.interference.Interference`); None: the scalar `overlap_slowdown`
+    interference: object | None = None
 
     @property
     def dur_us(self) -> np.ndarray:

@@ -57,7 +57,8 @@ class Prepared:
         g = g if g is not None else self.graph
         c = Costed(comps=comps if comps is not None else self.comps,
                    resource=np.asarray(self.costs.resource),
-                   capacity=np.asarray(self.costs.resource_capacity), notes={})
+                   capacity=np.asarray(self.costs.resource_capacity), notes={},
+                   interference=self.costs.interference)
         s, _ = schedule_costs(self.events, g, c, self.slow)
         return window_times(self.events, g, s.T)
 

@@ -113,6 +113,8 @@ class Costed:
     capacity: np.ndarray
     notes: dict
     stretched: bool = False
+    #: the model's per-event interference (`EventCosts.interference`), None: scalar slowdown
+    interference: object | None = None
 
     @property
     def dur(self) -> np.ndarray:
@@ -130,7 +132,7 @@ def cost(events: pa.Table, g: Graph, model: CostModel, local: np.ndarray | None 
         if len(resource):
             resource[~local] = -1
     return Costed(comps=comps, resource=resource, capacity=np.asarray(costs.resource_capacity),
-                  notes=dict(costs.notes))
+                  notes=dict(costs.notes), interference=costs.interference)
 
 
 def run_schedule(g: Graph, c: Costed) -> Schedule:
@@ -140,7 +142,21 @@ def run_schedule(g: Graph, c: Costed) -> Schedule:
 
 def stretch(events: pa.Table, s: Schedule, c: Costed, slow: float,
             local: np.ndarray | None = None) -> Costed | None:
-    """The ``overlap`` stage on schedule ``s``; None when nothing overlaps (no second schedule)."""
+    """The ``overlap`` stage on schedule ``s``: compute (and fetch) stretched where it overlaps
+    communication, by the model's per-event interference when it gives one
+    (`replay.hardware.interference`), else by ``1 + slow x overlapped fraction``; rows outside
+    ``local`` (a shard's ghosts) stay free. None when nothing changes (no second schedule)."""
+    comps = dict(c.comps)
+    inter = c.interference
+    if inter is not None:
+        cs, fs = inter.apply(c.comps["compute"], c.comps["fetch"], s.ready[0::2],  # type: ignore[attr-defined]
+                             s.T[0::2], s.T[1::2])
+        if local is not None:
+            cs, fs = np.where(local, cs, 0.0), np.where(local, fs, 0.0)
+        if np.array_equal(cs, c.comps["compute"]) and np.array_equal(fs, c.comps["fetch"]):
+            return None
+        comps["compute"], comps["fetch"] = cs, fs
+        return dataclasses.replace(c, comps=comps, stretched=True)
     if slow <= 0:
         return None
     frac = overlap_fraction(events, s.T[0::2], s.T[1::2])
@@ -149,7 +165,6 @@ def stretch(events: pa.Table, s: Schedule, c: Costed, slow: float,
         m &= local
     if not m.any():
         return None
-    comps = dict(c.comps)
     comps["compute"] = comps["compute"] * (1.0 + slow * frac * m)
     return dataclasses.replace(c, comps=comps, stretched=True)
 

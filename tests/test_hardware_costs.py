@@ -199,27 +199,37 @@ def test_less_loss_never_slower_and_deterministic(hw: str) -> None:
 
 
 def test_go_back_n_vs_selective_repeat_expectations() -> None:
+    """At the same loss rate the two schemes differ as their expectations say: per mid-stream
+    loss go-back-N waits one RTT for the NAK and resends the window in flight, selective repeat
+    resends one packet; tail losses cost the same RTO in both. Expectations by hand."""
     n, nbytes, q = 4000, 4e6, 1e-3
     ev = events([coll("all_to_all", nbytes * 40 / 39, 40, rank=i % 8) for i in range(n)])
-    costs = {}
-    for rec, extra in (("go_back_n", ["loss.rto_us=50"]), ("selective_repeat", [])):
-        spec = load_spec("mtia300", [f"loss.recovery={rec}", *extra])
+    bw, mtu, rtt, rto = 1000e3 * 0.94, 4096.0, 10.0, 50.0
+    t_pkt = mtu / bw
+    packets = np.ceil(nbytes / mtu)
+    mid, tail = q * (packets - 39), q * 39
+    want = {"go_back_n": mid * (rtt + t_pkt) + tail * (rto + t_pkt),
+            "selective_repeat": mid * t_pkt + tail * (rto + t_pkt)}
+    for rec, w in want.items():
+        spec = load_spec("mtia300", [f"loss.recovery={rec}", f"loss.rto_us={rto}",
+                                     f"loss.rtt_us={rtt}", f"loss.mtu_bytes={mtu:g}"])
         c = model_for(spec, loss_rate=q, seed=0).cost(ev)
-        bw = 1000e3 * 0.94
-        want = expected_retry_us(spec, q, nbytes, 39, bw)
-        assert c.retry_us.mean() == pytest.approx(want, rel=0.05)
-        costs[rec] = want
-    # go-back-N resends a window (~RTT worth of packets) per loss; selective repeat one packet
-    window = np.ceil(10.0 / (4096 / (1000e3 * 0.94)))
-    t_pkt = 4096 / (1000e3 * 0.94)
-    mid = q * (np.ceil(nbytes / 4096) - 39)
-    assert costs["go_back_n"] - costs["selective_repeat"] == pytest.approx(mid * (window - 1) * t_pkt)
+        assert expected_retry_us(spec, q, nbytes, 39, bw) == pytest.approx(w, rel=1e-12)
+        assert c.retry_us.mean() == pytest.approx(w, rel=0.05)   # the draws (no instances)
+    assert want["go_back_n"] - want["selective_repeat"] == pytest.approx(mid * rtt)
 
 
-def test_gpu_rto_from_nccl_ib_timeout() -> None:
+def test_gpu_rto_fixed_and_adaptive() -> None:
     from replay.hardware.retries import rto_us
-    assert rto_us(load_spec("h100")) == pytest.approx(4.096 * 2**20)
-    assert rto_us(load_spec("h100", ["loss.ib_timeout=14"])) == pytest.approx(4.096 * 2**14)
+    fixed = load_spec("h100", ["loss.rto_model=fixed"])
+    assert rto_us(fixed) == pytest.approx(4.096 * 2**20)          # NCCL_IB_TIMEOUT = 20
+    assert rto_us(load_spec("h100", ["loss.rto_model=fixed", "loss.ib_timeout=14"])) == \
+        pytest.approx(4.096 * 2**14)
+    adaptive = load_spec("h100")
+    assert adaptive.value("loss.rto_model") == "adaptive"
+    assert rto_us(adaptive) == float(adaptive.value("loss.adaptive_rto_us"))
+    # the adaptive timer never exceeds the QP's timeout
+    assert rto_us(load_spec("h100", ["loss.ib_timeout=5"])) == pytest.approx(4.096 * 2**5)
 
 
 def test_poisson_quantile_monotone_and_mean() -> None:

@@ -21,17 +21,25 @@ from analyzers.report.compare import Delta, _delta_row
 from mtia_trace.cli.output import render_table
 from mtia_trace.errors import UsageError
 from mtia_trace.schema import KINDS
-from replay.costs import COMPUTE_KINDS, MEASURED_DUR, AsMeasured
+from replay.costs import MEASURED_DUR, AsMeasured
 from replay.graph import build_graph
 from replay.hardware import collectives as coll_mod
 from replay.hardware import load_spec, model_for
 from replay.hardware.compute import kind_codes, kind_mask
 from replay.hardware.model import WORK_KINDS
-from replay.intervals import overlap_fraction
 from replay.pipeline import costing_input
 from replay.run import replay_events
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "synth" / "dcnv2_train_2rank"
+
+
+def _close(got: np.ndarray, measured: np.ndarray) -> None:
+    """The source's interference is taken out of measured work by a first-order inverse (its
+    stretch evaluated on the measured schedule, whose kernels are already stretched and moved),
+    so putting it back matches the measured durations on the whole, not exactly per event
+    (measured on the synth cases: mean relative error 0.1-0.7 %, 95th percentile up to 7 %)."""
+    err = np.abs(got / measured - 1)
+    assert err.mean() < 0.01 and np.quantile(err, 0.95) < 0.1, (err.mean(), err.max())
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +52,17 @@ def sample_events() -> pa.Table:
     return ev
 
 
-def _measured_compute(events: pa.Table, c) -> np.ndarray:  # noqa: ANN001
-    """``c.compute_us`` with the source's (h100's) overlap slowdown put back where compute
-    overlapped communication in the measured trace (scaled mode takes it out)."""
+def _measured_work(events: pa.Table, c) -> np.ndarray:  # noqa: ANN001
+    """``c.compute_us + c.fetch_us`` with the source's (h100's) interference put back on the
+    measured schedule (scaled mode takes it out by a first-order inverse)."""
     ts = events.column("ts_us").to_numpy()
-    col = MEASURED_DUR if MEASURED_DUR in events.schema.names else "dur_us"
-    f = overlap_fraction(events, ts, ts + events.column(col).to_numpy())
-    f *= kind_mask(kind_codes(events.column("kind")), *COMPUTE_KINDS)
-    return c.compute_us * (1.0 + model_for("h100").overlap_slowdown() * f)
+    dur = events.column(MEASURED_DUR).to_numpy()
+    comm = kind_mask(kind_codes(events.column("kind")), "collective", "p2p")
+    start = np.where(comm, ts + dur - events.column("dur_us").to_numpy(), ts)
+    # as the inverse defines it: each kernel at its measured start with its clean length
+    end = np.where(c.interference.victim, ts + c.compute_us + c.fetch_us, ts + dur)
+    c1, f1 = c.interference.apply(c.compute_us, c.fetch_us, ts, start, end)
+    return c1 + f1
 
 
 def _mean_step(result) -> float:  # noqa: ANN001
@@ -60,7 +71,8 @@ def _mean_step(result) -> float:  # noqa: ANN001
 
 
 def test_scaled_same_hardware_keeps_measured_work(sample_events: pa.Table) -> None:
-    c = model_for("h100", mode="scaled").cost(sample_events)
+    ci = costing_input(sample_events, build_graph(sample_events))
+    c = model_for("h100", mode="scaled").cost(ci)
     assert c.notes["mode"] == "scaled" and c.notes["source_hw"] == "h100"
     kind = kind_codes(sample_events.column("kind"))
     dev = sample_events.column("is_device").to_numpy(zero_copy_only=False)
@@ -68,11 +80,11 @@ def test_scaled_same_hardware_keeps_measured_work(sample_events: pa.Table) -> No
     work = kind_mask(kind, *WORK_KINDS) & dev
     assert work.sum() > 100 and kind_mask(kind[work], "gemm").any()
     # ratio 1 per event: compute + fetch is the measured duration, split by the roofline share,
-    # less h100's own overlap slowdown where compute overlapped communication in the trace
+    # less h100's own interference where compute overlapped communication in the trace
     assert c.notes["source_overlap_removed_events"] > 0
     assert c.notes["source_overlap_removed_us"] > 0
-    np.testing.assert_allclose((_measured_compute(sample_events, c) + c.fetch_us)[work],
-                               dur[work], rtol=1e-12)
+    got = _measured_work(ci, c)[work]
+    _close(got, dur[work])
     assert (c.collective_us[work] == 0).all() and (c.host_us[work] == 0).all()
     gemm = work & kind_mask(kind, "gemm")
     assert c.compute_us[gemm].sum() > 0.5 * dur[gemm].sum()
@@ -107,7 +119,9 @@ def test_h100_replay_of_h100_sample_matches_as_measured(sample_events: pa.Table)
     g = build_graph(sample_events)
     h = _mean_step(replay_events(sample_events, model_for("h100"), graph=g))
     a = _mean_step(replay_events(sample_events, AsMeasured(), graph=g))
-    assert h == pytest.approx(a, rel=1e-3)
+    # the source's interference comes out of measured work by an approximate inverse
+    # (`_close`): the step matches to a few 1e-3 (measured 0.3 %), not exactly
+    assert h == pytest.approx(a, rel=5e-3)
 
 
 #: Multi-node synth traces: the generator's cross-node collectives (twrw all-to-all on NICs) and
@@ -152,8 +166,7 @@ def test_h100_replay_of_h100_synth_close_to_as_measured(tmp_path: Path, opts: di
     c, m = hm.cost(ci), AsMeasured().cost(ci)
     kind = kind_codes(ev.column("kind"))
     work = kind_mask(kind, *WORK_KINDS) & ev.column("is_device").to_numpy(zero_copy_only=False)
-    np.testing.assert_allclose((_measured_compute(ci, c) + c.fetch_us)[work], m.dur_us[work],
-                               rtol=1e-12)
+    _close(_measured_work(ci, c)[work], m.dur_us[work])
 
 
 def test_scaled_without_source_names_the_flag_once() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from mtia_trace.errors import RunExistsError, UsageError
 from mtia_trace.synth import PRESETS, SynthOptions, synthesize
+from mtia_trace.synth.model import DTYPES
 from tests.synth_helpers import events, in_step, read_dir, steps
 
 DCN = PRESETS["dlrm-dcnv2"]
@@ -100,7 +101,7 @@ def test_collectives_match_across_peers(tmp_path):
 
 def _pooled(doc: dict, coll: str) -> list[dict]:
     return [e["args"] for e in colls(doc) if e["args"]["Collective name"] == coll
-            and e["args"]["dtype"] == "Float"]
+            and e["args"]["dtype"] == DTYPES[DCN.dtype][1]]
 
 
 def test_tw_pooled_all_to_all_bytes(tmp_path):
@@ -110,11 +111,11 @@ def test_tw_pooled_all_to_all_bytes(tmp_path):
     off_rank = 0
     for r, doc in docs.items():
         fwd, bwd = _pooled(doc, "all_to_allv")
-        assert fwd["Out msg nelems"] * 4 == B // R * d_sum * 4          # what this rank receives
+        assert fwd["Out msg nelems"] == B // R * d_sum                  # what this rank receives
         assert bwd["In msg nelems"] == fwd["Out msg nelems"]            # adjoint
         splits = json.loads(fwd["In split size"])
-        off_rank += (fwd["In msg nelems"] - splits[r]) * 4
-    assert off_rank == pytest.approx(B * d_sum * 4 * (R - 1) / R)
+        off_rank += (fwd["In msg nelems"] - splits[r]) * DCN.elem_bytes
+    assert off_rank == pytest.approx(B * d_sum * DCN.elem_bytes * (R - 1) / R)
 
 
 def test_rw_reduce_scatter_and_all_gather(tmp_path):
@@ -165,8 +166,9 @@ def test_embedding_bytes_and_dense_flops(tmp_path):
     gathered = sum(a["flops"] for a in tbe)   # ids x dim over all ranks
     L, D, T = DCN.pooling, DCN.dims, len(DCN.tables)
     assert gathered == pytest.approx(B * float(L @ D))
+    # rows at the tables' type (FP32), ids as int64, pooled output at the compute type (FP16)
     assert sum(a["bytes"] for a in tbe) == pytest.approx(
-        B * float(L @ D) * 4 + B * L.sum() * 8 + B * T * 128 * 4)
+        B * float(L @ D) * 4 + B * L.sum() * 8 + B * T * 128 * DCN.elem_bytes)
     doc = docs[0]
     fwd = next(e for e in events(doc, "user_annotation", "## forward ##"))
     gemm = [e for e in events(doc, "cpu_op") if e["name"] in ("aten::addmm", "aten::mm")
@@ -186,14 +188,14 @@ def test_inference_is_forward_only(tmp_path):
 def test_rec150b_holds_150b_params():
     m = PRESETS["rec-150b"]
     assert m.embedding_params == pytest.approx(150e9, rel=1e-6)
-    assert len(m.tables) == 26 and m.ranks == 40
+    assert len(m.tables) == 4 * 26 and m.ranks == 40 and m.batch == 6912 * 40
 
 
 @pytest.mark.parametrize("opts,needle", [
     (dict(preset="nope"), "allowed: dlrm-kaggle"),
     (dict(ranks=0), "--ranks 0"),
     (dict(batch=-5), "--batch -5"),
-    (dict(ranks=3), "not divisible"),
+    (dict(ranks=5), "not divisible"),
     (dict(ranks=32, batch=1024), "exceeds the 26 tables"),
     (dict(ranks=12, batch=1200, sharding="twrw"), "not a multiple"),
     (dict(sharding="xx"), "allowed: tw, rw, cw, twrw, dp"),

@@ -25,6 +25,10 @@ def synth(
     seed: int = typer.Option(0, "--seed", help="Seed of the duration jitter."),
     source_hw: str = typer.Option("h100", "--source-hw", help="Hardware spec the durations come from."),
     zipf: float = typer.Option(0.0, "--zipf", help="Embedding id skew (Zipf exponent; 0 = uniform)."),
+    host_overhead: str | None = typer.Option(
+        None, "--host-overhead", help="Host overhead per kernel: eager (PyTorch dispatch and a "
+        "launch call per kernel) or graph (a captured CUDA graph: graph-node launches); default: "
+        "the model's."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output directory."),
 ) -> None:
     """Generate synthetic DLRM-style training or inference traces, one Kineto file per rank.
@@ -33,8 +37,10 @@ def synth(
     """
     res = synthesize(SynthOptions(preset=preset, model_file=str(model) if model else None,
                                   ranks=ranks, steps=steps, batch=batch, sharding=sharding,
-                                  mode=mode, seed=seed, source_hw=source_hw, zipf=zipf),
+                                  mode=mode, seed=seed, source_hw=source_hw, zipf=zipf,
+                                  host_overhead=host_overhead),
                      out, force=force)
     m = res.model
     typer.echo(f"wrote {len(res.files)} trace(s) to {res.out_dir}: {m.name}, {m.ranks} ranks,"
-               f" {m.sharding}, batch {m.batch}, {res.events} events, {res.bytes / 1e6:.2f} MB")
+               f" {m.sharding}, batch {m.batch}, {m.host_overhead} host overhead, {res.events}"
+               f" events, {res.bytes / 1e6:.2f} MB")

@@ -6,6 +6,7 @@ All steps are array operations over every rank at once; Python loops run over ra
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from operator import attrgetter
@@ -21,7 +22,7 @@ from mtia_trace.ingest.classify import classify
 from mtia_trace.ingest.decode import RawLists
 from mtia_trace.ingest.kineto import RawFile
 from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
-from mtia_trace.ingest.shapes import op_cost, parse_size
+from mtia_trace.ingest.shapes import op_cost, parse_size, table_bytes
 
 _SHAPE_KINDS = ("gemm", "conv", "embedding", "elementwise", "reduction")
 _DEVICE_SYNC = re.compile(r"^(cuda|hip)DeviceSynchronize$")
@@ -284,6 +285,15 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
                         for j, c in enumerate(zip(*got)))
         flops[host_shape], rd[host_shape], wr[host_shape] = fl[codes], r[codes], w[codes]
         dtype[host_shape] = dt[codes]
+        # each rank's embedding shard: the tables its distinct lookups (name + shapes) read
+        tb = np.array([table_bytes(kind[i], name[i], lists(args[i].input_dims),
+                                   lists(args[i].input_type)) for i in host_shape[first].tolist()])
+        shard: dict[int, float] = {}
+        for u in np.flatnonzero(tb > 0).tolist():
+            ranks = np.unique(cols["rank"][host_shape[codes == u]]).tolist()
+            for rk in ranks:
+                shard[int(rk)] = shard.get(int(rk), 0.0) + float(tb[u])
+        cols["_table_bytes"] = shard
     plain = np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind)
     if len(plain):
         codes, first = _first_of_each(_raw_codes(args[plain].tolist(), "input_type"))
@@ -416,12 +426,17 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     warnings += collectives.fill(cols, args, dist, _thread_tracks(raws, "pt_gloo_runloop"))
     _warn_links(cols, warnings)
     del args
+    shard = cols.pop("_table_bytes", None)
     paths = pa.array([r.info.path for r in raws], type=pa.string())
     cols["src_file"] = paths.take(pa.array(cols.pop("_file")))
     keep = {f.name for f in schema.EVENTS_SCHEMA}
     for k in [k for k in cols if k not in keep]:
         del cols[k]
     table = schema.from_columns(cols, consume=True)
+    if shard:
+        meta = dict(table.schema.metadata or {})
+        meta[schema.TABLE_BYTES_KEY] = json.dumps(shard).encode()
+        table = table.replace_schema_metadata(meta)
     return table, warnings
 
 

@@ -172,6 +172,24 @@ def op_cost(kind: str, name: str, dims: list[Any] | None, types: list[Any] | Non
 
 
 _TBE_LOOKUP = re.compile(r"^split_embedding\w*_codegen_(lookup|forward)_")
+
+
+def table_bytes(kind: str, name: str, dims: list[Any] | None, types: list[Any] | None) -> float:
+    """Bytes of the embedding table(s) an embedding lookup reads from: its weights tensor (the
+    first floating tensor: a TBE's flat weights, an ``embedding(_bag)``'s ``[rows, dim]``); 0 for
+    other ops and backward passes."""
+    if kind != "embedding" or not dims:
+        return 0.0
+    base = name.split("::")[-1].split(".")[0]
+    if not (_TBE_LOOKUP.match(base) or (base.startswith(("embedding", "_embedding_bag"))
+                                        and "backward" not in base)):
+        return 0.0
+    types = types or []
+    for i, d in enumerate(dims):
+        t = str(types[i]) if i < len(types) else ""
+        if _is_tensor(d, t) and t not in _INT_TYPES:
+            return float(_numel(d) * dtype_size(t))
+    return 0.0
 _INT_TYPES = frozenset({"long int", "long", "int64", "int", "int32"})
 
 

@@ -32,6 +32,35 @@ HOST_POST_US = 1.0        # after an op's last launch
 HOST_GAP_US = 2.0         # between top-level ops (Python)
 RUNTIME_CALL_US = 1.5     # cudaEventRecord / cudaStreamWaitEvent
 STEP_GAP_US = 40.0        # between steps (data loading, pipeline bookkeeping)
+#: Graph-captured step (CUDA graphs, as the MLPerf DLRM-DCNv2 GPU submissions run): the host
+#: replays a captured graph, so per-op Python/dispatch cost vanishes and each kernel costs one
+#: graph-node launch: 0.5 us, the 1 KB AllReduce measured with CUDA graphs (3.5 us without,
+#: NVIDIA/nccl#1984). The small per-op remainder is assumed.
+GRAPH_NODE_LAUNCH_US = 0.5
+GRAPH_HOST_US = 0.05
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Host-side costs (us) of one op level, launch and runtime call, by host-overhead mode."""
+
+    op: float
+    post: float
+    gap: float
+    runtime_call: float
+    launch: float
+    step_gap: float = STEP_GAP_US
+
+    @classmethod
+    def of(cls, mode: str, launch_us: float) -> HostCosts:
+        """``eager``: the eager constants and the spec's ``host.kernel_launch_us``; ``graph``:
+        graph-node launches (`GRAPH_NODE_LAUNCH_US`) and no per-op dispatch."""
+        if mode == "graph":
+            return cls(GRAPH_HOST_US, GRAPH_HOST_US, GRAPH_HOST_US, GRAPH_HOST_US,
+                       GRAPH_NODE_LAUNCH_US)
+        return cls(HOST_OP_US, HOST_POST_US, HOST_GAP_US, RUNTIME_CALL_US, launch_us)
+
+
 #: Assumed device-side floor of one kernel, in us.
 MIN_KERNEL_US = 1.5
 #: Seeded multiplicative jitter (lognormal sigma): device kernels, host ops.

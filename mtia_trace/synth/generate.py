@@ -12,7 +12,7 @@ import numpy as np
 from mtia_trace.destinations import check_dir, temporary_dir
 from mtia_trace.errors import UsageError
 from mtia_trace.synth.costing import SourceHardware
-from mtia_trace.synth.model import SHARDINGS, Model
+from mtia_trace.synth.model import HOST_OVERHEADS, SHARDINGS, Model
 from mtia_trace.synth.model_file import load_model_file
 from mtia_trace.synth.presets import PRESETS
 from mtia_trace.synth.sharding import host_groups, plan
@@ -38,6 +38,7 @@ class SynthOptions:
     seed: int = 0
     source_hw: str = "h100"
     zipf: float = 0.0
+    host_overhead: str | None = None
     compress_level: int = 6
 
 
@@ -68,8 +69,12 @@ def resolve_model(opts: SynthOptions) -> Model:
         raise UsageError(f"--zipf {opts.zipf} must be >= 0 (0 = uniform ids)")
     if not 0 <= opts.compress_level <= 9:
         raise UsageError(f"compress level {opts.compress_level} must be in 0..9")
+    if opts.host_overhead is not None and opts.host_overhead not in HOST_OVERHEADS:
+        raise UsageError(f"--host-overhead {opts.host_overhead!r} is unknown; allowed: "
+                         f"{', '.join(HOST_OVERHEADS)}")
     m = replace(m, ranks=opts.ranks or m.ranks, batch=opts.batch or m.batch,
-                sharding=opts.sharding or m.sharding)
+                sharding=opts.sharding or m.sharding,
+                host_overhead=opts.host_overhead or m.host_overhead)
     return m.validate("--preset " + m.name if not opts.model_file else opts.model_file)
 
 
@@ -112,7 +117,8 @@ def _schedule(hw: SourceHardware, model: Model, prog: Program, opts: SynthOption
     has an overlap slowdown, once more with those kernels stretched (`timeline.overlap_stretch`;
     the same seed, so the same jitter)."""
     def run(stretch: np.ndarray | None) -> Timeline:
-        tl = Timeline(hw, model.ranks, model.dtype != "float", opts.seed, stretch)
+        tl = Timeline(hw, model.ranks, model.dtype != "float", opts.seed, stretch,
+                      model.host_overhead)
         for s in range(opts.steps):
             tl.step(prog, s + 1)
         return tl
@@ -130,7 +136,8 @@ def _write_all(tmp: Path, tl: Timeline, model: Model, hw: SourceHardware,
     width = len(str(R - 1))
     streams = sorted(tl.free)
     gen = {k: v for k, v in asdict(opts).items() if k != "compress_level"}
-    gen.update(model=model.name, ranks=R, batch=model.batch, sharding=model.sharding)
+    gen.update(model=model.name, ranks=R, batch=model.batch, sharding=model.sharding,
+               host_overhead=model.host_overhead)
     files, total, nev = [], 0, 0
     for r in range(R):
         dev = r % hw.ranks_per_node

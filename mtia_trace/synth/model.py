@@ -14,6 +14,9 @@ DTYPES = {"float": (4, "Float"), "c10::BFloat16": (2, "BFloat16"), "c10::Half": 
 DTYPE_ALIASES = {"float": "float", "fp32": "float", "float32": "float", "bf16": "c10::BFloat16",
                  "bfloat16": "c10::BFloat16", "fp16": "c10::Half", "float16": "c10::Half"}
 SHARDINGS = ("tw", "rw", "cw", "twrw", "dp")
+#: host overhead per op: ``eager`` PyTorch (Python + dispatcher + one launch call per kernel)
+#: or ``graph`` (the step captured as a CUDA graph: kernels replayed at graph-node cost)
+HOST_OVERHEADS = ("eager", "graph")
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,11 @@ class Model:
     interaction: str = "dot"
     dcn_layers: int = 0
     dcn_rank: int = 0
-    dtype: str = "float"
+    dtype: str = "float"        # dense compute, activations, pooled embeddings, communication
     ranks: int = 1
     sharding: str = "tw"
+    emb_dtype: str | None = None  # embedding tables (None: ``dtype``)
+    host_overhead: str = "eager"
     doc: str = field(default="", compare=False)
 
     @property
@@ -56,6 +61,15 @@ class Model:
     @property
     def elem_bytes(self) -> int:
         return DTYPES[self.dtype][0]
+
+    @property
+    def table_dtype(self) -> str:
+        return self.emb_dtype or self.dtype
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of all embedding tables (weights only)."""
+        return self.embedding_params * DTYPES[self.table_dtype][0]
 
     @property
     def embedding_params(self) -> int:
@@ -120,6 +134,11 @@ class Model:
                       " interaction needs both positive")
         if self.dtype not in DTYPES:
             raise bad("dtype", f"is {self.dtype!r}; allowed: fp32, bf16, fp16")
+        if self.table_dtype not in DTYPES:
+            raise bad("emb_dtype", f"is {self.emb_dtype!r}; allowed: fp32, bf16, fp16")
+        if self.host_overhead not in HOST_OVERHEADS:
+            raise bad("host_overhead", f"is {self.host_overhead!r}; allowed: "
+                      f"{', '.join(HOST_OVERHEADS)}")
         if self.ranks <= 0:
             raise bad("ranks", f"is {self.ranks}; must be positive")
         if self.sharding not in SHARDINGS:

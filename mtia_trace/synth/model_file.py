@@ -6,7 +6,9 @@
     top_mlp = [512, 256, 1]
     interaction = "dot"        # or "dcn" (then dcn_layers, dcn_rank)
     dense_features = 13        # optional
-    dtype = "fp32"             # optional: fp32, bf16, fp16
+    dtype = "fp32"             # optional: fp32, bf16, fp16 (dense compute and communication)
+    emb_dtype = "fp32"         # optional: the embedding tables' type (default: dtype)
+    host_overhead = "eager"    # optional: eager or graph (CUDA-graph launches)
     ranks = 8                  # optional defaults for --ranks / --sharding
     sharding = "tw"
     [[tables]]                 # one entry per table, or `count = N` to repeat it
@@ -72,11 +74,16 @@ def _model(doc: dict[str, Any], p: Path) -> Model:
     if dtype not in DTYPE_ALIASES:
         raise UsageError(f"{p}: dtype is {dtype!r}; allowed: fp32, bf16, fp16")
     kw: dict[str, Any] = {}
+    if "emb_dtype" in doc:
+        e = str(doc["emb_dtype"]).lower()
+        if e not in DTYPE_ALIASES:
+            raise UsageError(f"{p}: emb_dtype is {e!r}; allowed: fp32, bf16, fp16")
+        kw["emb_dtype"] = DTYPE_ALIASES[e]
     for key, typ in (("dense_features", int), ("dcn_layers", int), ("dcn_rank", int),
                      ("ranks", int)):
         if key in doc:
             kw[key] = _num(doc[key], key, p, typ)
-    for key in ("interaction", "sharding"):
+    for key in ("interaction", "sharding", "host_overhead"):
         if key in doc:
             kw[key] = str(doc[key])
     return Model(name=str(doc.get("name", p.stem)), tables=tuple(out),

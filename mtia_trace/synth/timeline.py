@@ -25,14 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
+from mtia_trace.ingest.classify import classify, coll_op_of
+from mtia_trace.ingest.shapes import dtype_size, op_cost
+from mtia_trace.schema import from_columns
 from mtia_trace.synth import costing as C
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.sharding import Collective, Groups
-from mtia_trace.synth.workload import Annot, Comm, Op, Program, Sync, Wait
-from replay.costs import COMPUTE_KINDS
-from replay.intervals import overlap_fraction
+from mtia_trace.synth.workload import Annot, Comm, Leaf, Op, Program, Sync, Wait
+from replay.hardware.interference import Interference
+from replay.hardware.model import HardwareModel
 
 COMPUTE_STREAM = 7
 COMM_STREAM = {"world": 20, "intra": 24, "cross": 28}
@@ -79,12 +81,18 @@ def fmt_list(values: np.ndarray) -> str:
 
 class Timeline:
     def __init__(self, hw: SourceHardware, ranks: int, bf16: bool, seed: int,
-                 stretch: np.ndarray | None = None) -> None:
+                 stretch: np.ndarray | None = None, host_overhead: str = "eager") -> None:
         self.hw, self.R, self.bf16 = hw, ranks, bf16
+        self.host = C.HostCosts.of(host_overhead, hw.launch_us)
         #: per compute kernel (in launch order) and rank: the factor its duration is stretched by
         self.stretch = stretch
         #: indices in ``recs`` of the compute-stream kernels, in launch order
         self.compute_recs: list[int] = []
+        #: per compute kernel rec: (flops, bytes read, bytes written per rank, dtype) as ingested
+        self.work: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, str | None]] = {}
+        #: per collective kernel rec: when its transfer starts (ns per rank)
+        self.transfer_start: dict[int, np.ndarray] = {}
+        self._leaf_work: dict[int, tuple] = {}
         self.rng = np.random.default_rng(seed)
         self.h = np.full(ranks, T0_NS, np.int64)
         self.free: dict[int, np.ndarray] = {COMPUTE_STREAM: self.h.copy()}
@@ -108,7 +116,7 @@ class Timeline:
         """A runtime call at the host clock; returns (correlation, start, end)."""
         corr = self._id()
         start = self.h.copy()
-        dur = self._host(self.hw.launch_us if name == "cudaLaunchKernel" else C.RUNTIME_CALL_US)
+        dur = self._host(self.host.launch if name == "cudaLaunchKernel" else self.host.runtime_call)
         self.h = self.h + dur
         self.recs.append(Rec("X", "cuda_runtime", name, False, -1, start, dur,
                              corr if ext is None else ext, corr, args={"cbid": _CBID[name]}))
@@ -158,10 +166,10 @@ class Timeline:
         opened = []
         for name in op.wrappers:
             opened.append((name, self.h.copy(), self._id()))
-            self.h = self.h + self._host(C.HOST_OP_US)
+            self.h = self.h + self._host(self.host.op)
         for leaf in op.leaves:
             start, ext = self.h.copy(), self._id()
-            self.h = self.h + self._host(C.HOST_OP_US)
+            self.h = self.h + self._host(self.host.op)
             if leaf.kernel is not None:
                 k = leaf.kernel
                 corr, c0, c1 = self._runtime("cudaLaunchKernel", ext)
@@ -173,17 +181,20 @@ class Timeline:
                 ks = np.maximum(c1, self.free[COMPUTE_STREAM])
                 self.free[COMPUTE_STREAM] = ks + dur
                 self.compute_recs.append(len(self.recs))
+                if id(leaf) not in self._leaf_work:
+                    self._leaf_work[id(leaf)] = leaf_work(leaf, self.R)
+                self.work[len(self.recs)] = self._leaf_work[id(leaf)]
                 self._device("kernel", k.name, COMPUTE_STREAM, corr, ext, ks, ks + dur,
                              {"queued": 0, "context": 1, "stream": COMPUTE_STREAM},
                              call_start=c0)
-            self.h = self.h + self._host(C.HOST_POST_US)
+            self.h = self.h + self._host(self.host.post)
             self.recs.append(Rec("X", "cpu_op", leaf.name, False, -1, start, self.h - start, ext,
                                  None, args=leaf.args))
         for name, start, ext in reversed(opened):
-            self.h = self.h + self._host(C.HOST_POST_US)
+            self.h = self.h + self._host(self.host.post)
             self.recs.append(Rec("X", "cpu_op", name, False, -1, start, self.h - start, ext, None,
                                  args={"Record function id": 0}))
-        self.h = self.h + self._host(C.HOST_GAP_US)
+        self.h = self.h + self._host(self.host.gap)
 
     def comm(self, c: Collective) -> None:
         g = c.groups
@@ -191,9 +202,9 @@ class Timeline:
         seq = self.seq[g.kind] = self.seq.get(g.kind, 0) + 1
         transfer_us, per_rank_args = self._coll_static(c)
         outer_start, outer_ext = self.h.copy(), self._id()
-        self.h = self.h + self._host(C.HOST_OP_US)
+        self.h = self.h + self._host(self.host.op)
         rpc_start, rpc_ext = self.h.copy(), self._id()
-        self.h = self.h + self._host(C.HOST_OP_US)
+        self.h = self.h + self._host(self.host.op)
         # the NCCL stream waits for the producer of the input on the compute stream
         rec_corr, _, _ = self._runtime("cudaEventRecord", rpc_ext)
         self._wait(stream, COMPUTE_STREAM, rec_corr, self.free[COMPUTE_STREAM].copy(), rpc_ext)
@@ -211,25 +222,26 @@ class Timeline:
         self.free[stream] = end
         name = _NCCL_KERNEL[c.op].format(t=_NCCL_TYPE.get(c.dtype, "f32"))
         kargs = [dict(a, queued=0, context=1, stream=stream) for a in per_rank_args]
+        self.transfer_start[len(self.recs)] = start
         self._device("kernel", name, stream, corr, ann_ext, arrive, end, kargs, seq, call_start=c0)
-        self.h = self.h + self._host(C.HOST_POST_US)
+        self.h = self.h + self._host(self.host.post)
         self.recs.append(Rec("X", "user_annotation", _ANNOT_OP[c.op], False, -1, ann_start,
                              self.h - ann_start, ann_ext, None, args={"Record function id": 0}))
         # the work's end event, which Work.wait() makes the compute stream wait on
         end_corr, _, _ = self._runtime("cudaEventRecord", rpc_ext)
         self.pending[c.label] = (end.copy(), end_corr, stream)
-        self.h = self.h + self._host(C.HOST_POST_US)
+        self.h = self.h + self._host(self.host.post)
         self.recs.append(Rec("X", "cpu_op", "record_param_comms", False, -1, rpc_start,
                              self.h - rpc_start, rpc_ext, None, seq,
                              [dict(a, **{"Record function id": 0}) for a in per_rank_args]))
-        self.h = self.h + self._host(C.HOST_POST_US)
+        self.h = self.h + self._host(self.host.post)
         self.recs.append(Rec("X", "cpu_op", c.c10d, False, -1, outer_start, self.h - outer_start,
                              outer_ext, None, None,
                              [{"Record function id": 0, "Input Dims": [[int(a["Out msg nelems"])],
                                                                        [int(a["In msg nelems"])]],
                                "Input type": [_TORCH_TYPE.get(c.dtype, "float")] * 2}
                               for a in per_rank_args]))
-        self.h = self.h + self._host(C.HOST_GAP_US)
+        self.h = self.h + self._host(self.host.gap)
 
     def _coll_static(self, c: Collective) -> tuple[np.ndarray, list[dict]]:
         key = id(c)
@@ -257,12 +269,12 @@ class Timeline:
     def wait(self, w: Wait) -> None:
         end, rec_corr, stream = self.pending.pop(w.label)
         start, ext = self.h.copy(), self._id()
-        self.h = self.h + self._host(C.HOST_OP_US)
+        self.h = self.h + self._host(self.host.op)
         self._wait(COMPUTE_STREAM, stream, rec_corr, end, ext)
-        self.h = self.h + self._host(C.HOST_POST_US)
+        self.h = self.h + self._host(self.host.post)
         self.recs.append(Rec("X", "cpu_op", "c10d_functional::wait_tensor", False, -1, start,
                              self.h - start, ext, None, args={"Record function id": 0}))
-        self.h = self.h + self._host(C.HOST_GAP_US)
+        self.h = self.h + self._host(self.host.gap)
 
     def sync(self) -> None:
         corr, c0, _ = self._runtime("cudaDeviceSynchronize")
@@ -272,7 +284,7 @@ class Timeline:
         self.h = end
 
     def step(self, prog: Program, number: int) -> None:
-        self.h = self.h + self._host(C.STEP_GAP_US)
+        self.h = self.h + self._host(self.host.step_gap)
         start, ext = self.h.copy(), self._id()
         self.h = self.h + self._host(1.0)
         open_: dict[str, tuple[np.ndarray, int]] = {}
@@ -293,32 +305,95 @@ class Timeline:
 
 
 def overlap_stretch(tl: Timeline) -> np.ndarray | None:
-    """Per compute kernel of ``tl`` (launch order) and rank: ``1 + s x f``, ``f`` the fraction of
-    it overlapping communication kernels of its rank in ``tl``'s schedule, for the kernels the
-    replay treats as compute (`replay.costs.COMPUTE_KINDS`, kinds as ingest classifies them);
-    ``None`` when nothing is stretched (``s == 0`` or no overlap)."""
-    from mtia_trace.ingest.classify import classify
-
-    s = tl.hw.overlap_slowdown
-    if s <= 0 or not tl.compute_recs:
+    """Per compute kernel of ``tl`` (launch order) and rank: the factor the source hardware's
+    interference model (`replay.hardware.interference`, the replay's own) stretches it by in
+    ``tl``'s schedule, from the kernel's shape-derived work as ingest reads it back and the
+    collectives it overlaps; ``None`` when nothing is stretched."""
+    if not tl.compute_recs:
         return None
     dev = [i for i, r in enumerate(tl.recs) if r.device and r.ph == "X" and r.cat == "kernel"]
-    kinds = [classify(tl.recs[i].cat, tl.recs[i].name) for i in dev]
-    R = tl.R
-    start = np.stack([tl.recs[i].ts for i in dev]).astype(np.float64)          # (events, ranks)
-    end = start + np.stack([tl.recs[i].dur for i in dev]).astype(np.float64)
-    table = pa.table({"rank": pa.array(np.tile(np.arange(R), len(dev))),
-                      "is_device": pa.array(np.ones(len(dev) * R, dtype=bool)),
-                      "kind": pa.array(np.repeat(np.array(kinds, dtype=object), R), pa.string())})
-    start -= T0_NS
-    end -= T0_NS
-    frac = overlap_fraction(table, start.ravel() / 1e3, end.ravel() / 1e3).reshape(len(dev), R)
-    frac *= np.isin(np.array(kinds, dtype=object), COMPUTE_KINDS)[:, None]
+    R, n = tl.R, len(dev)
+    rank = np.tile(np.arange(R), n)
+    cols: dict[str, object] = {"rank": rank.astype(np.int32), "is_device": np.ones(n * R, bool),
+                               "ph": ["X"] * (n * R)}
+    ts = np.stack([tl.recs[i].ts for i in dev]).astype(np.float64)              # (events, ranks)
+    dur = np.stack([tl.recs[i].dur for i in dev]).astype(np.float64)
+    start = ts.copy()
+    kinds, names, flops, rd, wr, dtype = [], [], np.zeros((n, R)), np.zeros((n, R)), \
+        np.zeros((n, R)), []
+    coll = {c: np.zeros((n, R)) for c in ("coll_bytes_in", "coll_bytes_out", "group_size")}
+    coll_op: list[list[str | None]] = [[None] * R for _ in range(n)]
+    pg_ranks: list[list[str | None]] = [[None] * R for _ in range(n)]
+    for e, i in enumerate(dev):
+        rec = tl.recs[i]
+        kinds.append(classify(rec.cat, rec.name))
+        names.append(rec.name)
+        if i in tl.work:
+            flops[e], rd[e], wr[e], dt = tl.work[i]
+            dtype.append(dt)
+        else:
+            dtype.append(None)
+        if i in tl.transfer_start:
+            start[e] = tl.transfer_start[i]
+            per_rank: list[dict] = rec.args  # type: ignore[assignment]
+            for r, a in enumerate(per_rank):
+                size = float(dtype_size(a["dtype"]))
+                coll["coll_bytes_in"][e, r] = a["In msg nelems"] * size
+                coll["coll_bytes_out"][e, r] = a["Out msg nelems"] * size
+                coll["group_size"][e, r] = a["Group size"]
+                coll_op[e][r] = coll_op_of("c10d::" + a["Collective name"]) or a["Collective name"]
+                pg_ranks[e][r] = a["Process Group Ranks"]
+    cols.update(kind=np.repeat(np.array(kinds, dtype=object), R).tolist(),
+                name=np.repeat(np.array(names, dtype=object), R).tolist(),
+                dtype=np.repeat(np.array(dtype, dtype=object), R).tolist(),
+                ts_us=((ts - T0_NS) / 1e3).ravel(), dur_us=(dur / 1e3).ravel(),
+                flops=flops.ravel(), bytes_read=rd.ravel(), bytes_written=wr.ravel(),
+                coll_bytes_in=coll["coll_bytes_in"].ravel(),
+                coll_bytes_out=coll["coll_bytes_out"].ravel(),
+                group_size=coll["group_size"].ravel().astype(np.int32),
+                coll_op=[x for row in coll_op for x in row],
+                pg_ranks=[x for row in pg_ranks for x in row])
+    table = from_columns(cols)
+    spec = tl.hw.spec
+    costs = HardwareModel(spec, mode="scaled", source=spec).cost(table)  # type: ignore[arg-type]
+    t0 = ((ts - T0_NS) / 1e3).ravel()
+    inter = costs.interference
+    assert isinstance(inter, Interference)
+    c, f = inter.apply(costs.compute_us, costs.fetch_us, t0, ((start - T0_NS) / 1e3).ravel(),
+                       t0 + (dur / 1e3).ravel())
+    before = costs.dur_us
+    after = before - costs.compute_us - costs.fetch_us + c + f
+    factor = np.divide(after, before, out=np.ones_like(before), where=before > 0).reshape(n, R)
     row = {i: k for k, i in enumerate(dev)}
-    f = frac[[row[i] for i in tl.compute_recs]]
-    return 1.0 + s * f if f.any() else None
+    out = factor[[row[i] for i in tl.compute_recs]]
+    return out if (out > 1.0).any() else None
 
 
+def leaf_work(leaf: Leaf, ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str | None]:
+    """(flops, bytes read, bytes written per rank, dtype) of a leaf op as ingest reads them from
+    its recorded args (`mtia_trace.ingest.shapes.op_cost`; a recorded ``flops`` / ``bytes`` arg
+    wins), which its kernel inherits."""
+    per = leaf.args if isinstance(leaf.args, list) else [leaf.args] * ranks
+    kind = classify("cpu_op", leaf.name)
+    out = np.zeros((3, ranks))
+    dtype = None
+    for r, a in enumerate(per):
+        dims, types = a.get("Input Dims"), a.get("Input type")
+        if kind in _SHAPE_KINDS:
+            fl, rd, wr, dtype = op_cost(kind, leaf.name, dims, types, None)
+        else:
+            fl = rd = wr = 0.0
+            dtype = next((t for t in types or [] if t not in ("", "Scalar", "ScalarList")), None)
+        if "flops" in a:
+            fl = float(a["flops"])
+        if "bytes" in a:
+            wr = min(wr, float(a["bytes"]))
+            rd = float(a["bytes"]) - wr
+        out[:, r] = (fl, rd, wr)
+    return out[0], out[1], out[2], dtype
+
+
+_SHAPE_KINDS = ("gemm", "conv", "embedding", "elementwise", "reduction")
 _TORCH_TYPE = {"Float": "float", "Long": "long int", "Int": "int", "BFloat16": "c10::BFloat16",
                "Half": "c10::Half"}
 

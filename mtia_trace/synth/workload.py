@@ -110,6 +110,7 @@ class _Builder:
         self.b = plan.local_batch
         self.dt = model.dtype
         self.s = DTYPES[model.dtype][0]
+        self.se = DTYPES[model.table_dtype][0]   # embedding tables
         self.prog = Program()
 
     # -- leaves -------------------------------------------------------------------------------
@@ -167,27 +168,28 @@ class _Builder:
                   [self.elem("aten::threshold_backward", "threshold_kernel_impl", [self.b, o], 2)])
 
     def tbe_fwd(self) -> Op:
-        p, s = self.p, self.s
-        nbytes = p.tbe_gather * s + p.tbe_idx * 8 + p.tbe_out * s
+        p, s, se = self.p, self.s, self.se
+        # rows gathered at the tables' type, pooled output at the compute type
+        nbytes = p.tbe_gather * se + p.tbe_idx * 8 + p.tbe_out * s
         k = Kernel(TBE_FWD_KERNEL, "embedding", p.tbe_gather.astype(float), nbytes.astype(float))
         args = [{"Record function id": 0,
                  "Input Dims": [[int(p.tbe_weights[r])], [int(p.tbe_feats[r]) + 1],
                                 [int(p.tbe_idx[r])], [int(p.tbe_samples[r] * p.tbe_feats[r]) + 1]],
-                 "Input type": [self.dt, "long int", "long int", "long int"],
+                 "Input type": [self.m.table_dtype, "long int", "long int", "long int"],
                  "flops": int(p.tbe_gather[r]), "bytes": int(nbytes[r])} for r in range(self.R)]
         return Op((), [Leaf(TBE_FWD, args, k)])
 
     def tbe_bwd(self, fused_optimizer: bool) -> Op:
-        p, s = self.p, self.s
+        p, s, se = self.p, self.s, self.se
         # read the gathered rows, write them back updated, read the pooled grads, row-wise
         # Adagrad state: one float per touched row read and written (HARDWARE.md 2.6)
-        nbytes = p.tbe_gather * 2 * s + p.tbe_out * s + p.tbe_idx * (8 + (8 if fused_optimizer else 0))
+        nbytes = p.tbe_gather * 2 * se + p.tbe_out * s + p.tbe_idx * (8 + (8 if fused_optimizer else 0))
         k = Kernel(TBE_BWD_KERNEL, "embedding", (p.tbe_gather * 4).astype(float),
                    nbytes.astype(float))
         args = [{"Record function id": 0,
                  "Input Dims": [[int(p.tbe_weights[r])], [int(p.tbe_idx[r])],
                                 [int(p.tbe_out[r])]],
-                 "Input type": [self.dt, "long int", self.dt],
+                 "Input type": [self.m.table_dtype, "long int", self.dt],
                  "flops": int(p.tbe_gather[r] * 4), "bytes": int(nbytes[r])} for r in range(self.R)]
         node = "SplitLookupFunction_rowwise_adagrad_OpBackward"
         return Op((f"autograd::engine::evaluate_function: {node}", node), [Leaf(TBE_BWD, args, k)])
@@ -293,10 +295,12 @@ class _Builder:
             add(Wait(label))
         params = m.dense_params + (m.embedding_params if p.emb_grad else 0)
         add(Annot("Optimizer.step#Adagrad.step", True))
+        # mixed precision keeps FP32 master weights and optimizer state
+        ob = max(self.s, 4)
         k = Kernel(OPT_KERNEL, "optimizer", _arr(6.0 * params, self.R),
-                   _arr(5.0 * params * self.s, self.R))
+                   _arr(5.0 * params * ob, self.R))
         add(Op((), [self.leaf("aten::_fused_adagrad_", [[params], [params], [params], [1]], k,
-                              nbytes=5.0 * params * self.s)]))
+                              nbytes=5.0 * params * ob)]))
         add(Annot("Optimizer.step#Adagrad.step", False))
         add(Annot("## optimizer ##", False))
 

@@ -147,14 +147,14 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
     slow = float(model.overlap_slowdown())  # type: ignore[attr-defined]
     arr, iters = _couple(client, builds, ghost_idx, member_idx, len(mem), say)
     iterations = [iters]
-    if slow > 0:
-        stretched = [client.submit(S.stretch, b, arr[g], slow) for b, g in zip(builds, ghost_idx)]
-        flags = client.gather([client.submit(S.is_stretched, b) for b in stretched])
-        if any(flags):
-            builds = stretched
-            arr, iters = _couple(client, builds, ghost_idx, member_idx, len(mem), say,
-                                 stage="overlap")
-            iterations.append(iters)
+    # each shard knows whether its model stretches anything (`S.stretch`)
+    stretched = [client.submit(S.stretch, b, arr[g], slow) for b, g in zip(builds, ghost_idx)]
+    flags = client.gather([client.submit(S.is_stretched, b) for b in stretched])
+    if any(flags):
+        builds = stretched
+        arr, iters = _couple(client, builds, ghost_idx, member_idx, len(mem), say,
+                             stage="overlap")
+        iterations.append(iters)
     t_replay = time.perf_counter() - t_start - t_ingest
 
     # ---- write: partitions on the workers, small tables here -------------------------------

@@ -148,6 +148,10 @@ def build(ing: Ingested, ghosts: pd.DataFrame, member_ids: np.ndarray, offsets: 
         allev = allev.set_column(i, allev.schema.field(i), pa.array(v, type=pa.int64()))
     if source[0] or source[1]:
         allev = tag_source(allev, source[0], source[1])
+    shard_meta = (ev.schema.metadata or {}).get(schema.TABLE_BYTES_KEY)
+    if shard_meta:  # the ranks' embedding shards (the cast to the schema dropped it)
+        allev = allev.replace_schema_metadata({**(allev.schema.metadata or {}),
+                                               schema.TABLE_BYTES_KEY: shard_meta})
     loc_rank = rank[order]
     gid = np.empty(len(order), dtype=np.int64)
     old = order[local]

@@ -68,15 +68,27 @@ def peak_flop_per_us(spec: HardwareSpec, dtype: pa.ChunkedArray | pa.Array) -> n
     return table[idx]
 
 
-def zipf_hit_ratio(spec: HardwareSpec) -> float:
+def element_bytes(dtype: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Per-event element size (bytes) of its peak class: fp8 1, bf16 2, fp32 4."""
+    arr = dtype if isinstance(dtype, pa.ChunkedArray) else pa.chunked_array([dtype])
+    enc = pc.dictionary_encode(pc.fill_null(arr.cast(pa.string()), "").combine_chunks())
+    size = {"fp8": 1.0, "bf16": 2.0, "fp32": 4.0}
+    table = np.array([size[_dtype_class(d)] for d in enc.dictionary.to_pylist()] or [4.0])
+    return table[enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+
+
+def zipf_hit_ratio(spec: HardwareSpec, working_set_bytes: float | None = None) -> float:
     """Fraction of gathered rows served from on-chip cache when the hottest rows are cached.
 
     Rows are ranked by popularity with Zipf exponent s; caching the top C of N rows hits
     H(C, s) / H(N, s) (generalised harmonic numbers, Euler-Maclaurin approximation). s = 0 gives
-    C / N (uniform ids).
+    C / N (uniform ids). N is the device's shard: ``working_set_bytes`` (from the trace's
+    embedding shapes) or the spec's ``cache.working_set_GB`` (10^9 B) when the trace has none.
     """
     row = float(spec.value("cache.row_bytes"))
-    n = max(1.0, float(spec.value("cache.working_set_GB")) * 2**30 / row)
+    ws = (float(spec.value("cache.working_set_GB")) * 1e9 if working_set_bytes is None
+          else float(working_set_bytes))
+    n = max(1.0, ws / row)
     c = min(n, float(spec.value("cache.capacity_MB")) * 2**20 / row)
     s = float(spec.value("cache.zipf_alpha"))
 
@@ -96,6 +108,8 @@ class Roofline:
 
     compute_us: np.ndarray
     fetch_us: np.ndarray
+    #: memory time ``t_memory`` of each event (its fetch part is the excess over compute)
+    memory_us: np.ndarray
 
     @property
     def total_us(self) -> np.ndarray:
@@ -109,16 +123,18 @@ def is_link_copy(names: pa.ChunkedArray) -> np.ndarray:
 
 
 def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: np.ndarray,
-             copy_bytes: np.ndarray, peak: np.ndarray, link_copy: np.ndarray) -> Roofline:
+             copy_bytes: np.ndarray, peak: np.ndarray, link_copy: np.ndarray,
+             hit: np.ndarray | float | None = None) -> Roofline:
     """Roofline compute/fetch split for every event (events of other kinds get zeros).
 
     ``kind`` holds `schema.KINDS` indices; ``bytes_rw`` is bytes read + written; ``copy_bytes`` the size of a copy (max of the two).
+    ``hit``: embedding cache-hit ratio per event (default: `zipf_hit_ratio` of the spec).
     """
     eff_gemm = float(spec.value("compute.efficiency_gemm"))
     eff_other = float(spec.value("compute.efficiency_other"))
     hbm = float(spec.value("hbm.bandwidth_GBps")) * 1e3
     stream_bw = hbm * float(spec.value("hbm.efficiency"))
-    hit = zipf_hit_ratio(spec)
+    hit = zipf_hit_ratio(spec) if hit is None else hit
     gather_bw = hbm * float(spec.value("hbm.gather_efficiency"))
     cache_bw = float(spec.value("cache.bandwidth_GBps")) * 1e3
     us_per_gather_byte = hit / cache_bw + (1.0 - hit) / gather_bw
@@ -135,4 +151,5 @@ def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: 
     set_ = kind == KINDS.index("memset")
     fetch = np.maximum(t_m - t_c, 0.0)
     fetch = np.where(copy, t_copy, np.where(set_, bytes_rw / stream_bw, fetch))
-    return Roofline(compute_us=t_c, fetch_us=fetch)
+    return Roofline(compute_us=t_c, fetch_us=fetch,
+                    memory_us=np.where(copy | set_, fetch, t_m))

@@ -33,17 +33,22 @@ Which events are priced:
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from mtia_trace.schema import KINDS
-from replay.costs import COMPUTE_KINDS, MEASURED_DUR, EventCosts
+from mtia_trace.schema import KINDS, TABLE_BYTES_KEY
+from replay.costs import MEASURED_DUR, EventCosts
 from replay.hardware import collectives as coll_mod
+from replay.hardware import interference as inter_mod
 from replay.hardware.compute import (
     GEMM_KINDS,
     ROOFLINE_KINDS,
+    element_bytes,
     is_link_copy,
     kind_codes,
     kind_mask,
@@ -51,7 +56,7 @@ from replay.hardware.compute import (
     roofline,
     zipf_hit_ratio,
 )
-from replay.hardware.retries import retry_costs, rto_us
+from replay.hardware.retries import couple, retry_costs, rto_us
 from replay.hardware.source import ADVICE, tagged_source
 from replay.hardware.spec import (
     COLLNET_KEYS,
@@ -61,26 +66,14 @@ from replay.hardware.spec import (
     HardwareSpec,
     load_spec,
 )
-from replay.intervals import overlap_fraction
 
 MODES = ("auto", "roofline", "scaled")
 #: the pools of one rank a collective can hold, by `HardwareModel.pool_kind`
 POOL_CLASSES = {"links": ("in-node links", "NICs"), "engines": ("message engines",)}
+#: passes of the inverse that takes the source's interference out of measured work
+_INVERSE_PASSES = 3
 WORK_KINDS = (*ROOFLINE_KINDS, "memcpy", "memset")
 COMM_KINDS = ("collective", "p2p")
-
-
-def sm_share_slowdown(spec: HardwareSpec) -> float:
-    """Mean slowdown of a GEMM overlapping on-compute collectives (HARDWARE.md 2.3).
-
-    The GEMM runs on SM - k units: its tile waves grow from ceil(T / SM) to ceil(T / (SM - k)),
-    averaged over tile counts T uniform in 1 .. waves_max x SM, times (1 + memory contention).
-    """
-    sm = int(spec.value("comm.sm_count"))
-    k = min(int(spec.value("comm.comm_ctas")), sm - 1)
-    tiles = np.arange(1, int(spec.value("comm.gemm_waves_max")) * sm + 1)
-    waves = np.ceil(tiles / (sm - k)) / np.ceil(tiles / sm)
-    return float(waves.mean() * (1.0 + float(spec.value("comm.mem_contention"))) - 1.0)
 
 
 def _measured_split(kind: np.ndarray, is_dev: np.ndarray, dur: np.ndarray) -> EventCosts:
@@ -126,9 +119,9 @@ class HardwareModel:
         return src, float(self.spec.value("host.kernel_launch_us"))
 
     def overlap_slowdown(self) -> float:
-        if self.spec.value("comm.path") == "offloaded":
-            return float(self.spec.value("comm.overlap_slowdown"))
-        return sm_share_slowdown(self.spec)
+        """Summary figure: slowdown of a compute-bound many-wave kernel beside one collective
+        (the replay applies the per-kernel model, `replay.hardware.interference`)."""
+        return inter_mod.many_wave_slowdown(self.spec)
 
     def slots(self) -> int:
         """Collectives one rank's engines (offloaded) or channel budget (on-compute) can run."""
@@ -153,15 +146,18 @@ class HardwareModel:
 
     def used_keys(self) -> list[str]:
         keys = [*REQUIRED_KEYS, *PATH_KEYS[str(self.spec.value("comm.path"))]]
-        keys += [k for k in ("loss.rto_us", "loss.ib_timeout", "comm.link_sharing",
-                             *NVLS_KEYS, *COLLNET_KEYS)
+        keys += [k for k in ("loss.rto_us", "loss.ib_timeout", "loss.rto_model",
+                             "loss.adaptive_rto_us", "comm.link_sharing", *NVLS_KEYS,
+                             *COLLNET_KEYS)
                  if self.spec.get(k) is not None]
         return keys
 
     # -- pricing ---------------------------------------------------------------------------
-    def _roofline(self, spec: HardwareSpec, kind, flops, brw, copy_bytes, dtype, link) -> np.ndarray:
-        r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link)
-        return r.compute_us, r.fetch_us
+    def _roofline(self, spec: HardwareSpec, kind, flops, brw, copy_bytes, dtype, link, shard):
+        """Roofline of events with their rank's embedding shard (bytes, NaN: the spec's)."""
+        hit = _hit_by_shard(spec, shard)
+        r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link, hit)
+        return r.compute_us, r.fetch_us, r.memory_us
 
     def _source(self, events: pa.Table) -> tuple[HardwareSpec | None, str]:
         """The source spec: the one given to the model, else the one tagged on the events."""
@@ -224,7 +220,9 @@ class HardwareModel:
         notes["unpriced_work_events"] = int((work & ~has_data).sum())
 
         dtype = events.column("dtype")
+        shard = table_shard(events)
         sub = np.flatnonzero(work)
+        mem_share, src_mem = np.zeros(n), np.zeros(n)
         if len(sub):
             k, f, b, cb = kind[sub], flops[sub], brw[sub], copy_bytes[sub]
             lk = np.zeros(len(sub), dtype=bool)
@@ -232,7 +230,7 @@ class HardwareModel:
             if len(copies):
                 lk[copies] = is_link_copy(events.column("name").take(pa.array(sub[copies])))
             dt = dtype.take(pa.array(sub))
-            tc, tf = self._roofline(spec, k, f, b, cb, dt, lk)
+            tc, tf, tm = self._roofline(spec, k, f, b, cb, dt, lk, shard[sub])
             d = dur[sub]
             data = has_data[sub]
             if source is not None:
@@ -241,19 +239,25 @@ class HardwareModel:
                 pf = np.where(data, f, np.where(gemm, 1.0, 0.0))
                 pb = np.where(data, b, np.where(gemm, 0.0, 1.0))
                 pcb = np.where(data, cb, 1.0)
-                ptc, ptf = self._roofline(spec, k, pf, pb, pcb, dt, lk)
-                stc, stf = self._roofline(source, k, pf, pb, pcb, dt, lk)
+                ptc, ptf, ptm = self._roofline(spec, k, pf, pb, pcb, dt, lk, shard[sub])
+                stc, stf, stm = self._roofline(source, k, pf, pb, pcb, dt, lk, shard[sub])
                 tt, ts = ptc + ptf, stc + stf
                 ratio = np.divide(tt, ts, out=np.ones_like(tt), where=ts > 0)
                 scaled = d * ratio
                 share = np.divide(ptc, tt, out=np.zeros_like(tt), where=tt > 0)
                 sc_c, sc_f = scaled * share, scaled * (1.0 - share)
+                sc_m = np.divide(ptm, tt, out=np.zeros_like(tt), where=tt > 0)
+                src_mem[sub] = np.divide(stm, ts, out=np.zeros_like(ts), where=ts > 0)
             else:
                 sc_c = np.where(kind_mask(k, "memcpy", "memset", "embedding"), 0.0, d)
                 sc_f = d - sc_c
+                sc_m = np.where(sc_f > 0, 1.0, 0.0)
             use_roof = data if mode == "roofline" else np.zeros(len(sub), dtype=bool)
             compute = np.where(use_roof, tc, sc_c)
             fetch = np.where(use_roof, tf, sc_f)
+            roof_t = tc + tf
+            mem_share[sub] = np.where(use_roof, np.divide(tm, roof_t, out=np.zeros_like(tm),
+                                                          where=roof_t > 0), sc_m)
             for name in ("compute", "fetch", "collective", "retry", "host"):
                 getattr(costs, f"{name}_us")[sub] = 0.0
             costs.compute_us[sub] = compute
@@ -261,8 +265,10 @@ class HardwareModel:
             if cpu_only:
                 costs.host_us[sub] = float(spec.value("host.kernel_launch_us"))
 
+        comm = self._comm_inputs(events, kind, is_dev, cpu_only)
         if mode == "scaled" and source is not None:
-            self._remove_source_slowdown(events, kind, is_dev, source, costs, notes)
+            self._remove_source_slowdown(events, kind, is_dev, source, src_mem, comm, costs,
+                                         notes)
 
         # kernel-launch calls follow the target's launch overhead when the source is known
         if source is not None:
@@ -273,41 +279,128 @@ class HardwareModel:
             costs.host_us[launch] = dur[launch] * (float(spec.value("host.kernel_launch_us"))
                                                    / float(source.value("host.kernel_launch_us")))
 
-        self._cost_collectives(events, kind, is_dev, cpu_only, costs, notes)
+        coll = self._cost_collectives(events, comm, costs, notes)
+        costs.interference = self.interference(spec, events, kind, is_dev, mem_share, comm,
+                                               coll)
         notes["overlap_slowdown"] = self.overlap_slowdown()
-        notes["embedding_cache_hit_ratio"] = zipf_hit_ratio(spec)
+        notes["interference"] = self._interference_notes(costs.interference)
+        known = np.isfinite(shard)
+        notes["embedding_working_set"] = (
+            {"from": "trace embedding shapes (per-rank shard)",
+             "GB_min": float(np.nanmin(shard) / 1e9), "GB_max": float(np.nanmax(shard) / 1e9)}
+            if known.any() else {"from": "spec cache.working_set_GB",
+                                 "GB": float(spec.value("cache.working_set_GB"))})
+        hits = _hit_by_shard(spec, shard[known]) if known.any() else None
+        notes["embedding_cache_hit_ratio"] = (float(np.mean(hits)) if hits is not None
+                                              else zipf_hit_ratio(spec))
         notes["assumed"] = [k for k in self.used_keys() if k in set(spec.assumed())]
         costs.notes = notes
         return costs
 
     def _remove_source_slowdown(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
-                                source: HardwareSpec, costs: EventCosts,
-                                notes: dict[str, object]) -> None:
-        """Scaled compute carries the source's own overlap slowdown where a kernel overlapped
-        communication in the measured trace: divide its compute part by ``1 + s_source x f``
-        (``f``: its overlapped fraction in the measured schedule, same rank), so the replay's
-        stretch by the target's slowdown is not applied on top of the source's."""
-        s_src = HardwareModel(source).overlap_slowdown()
-        m = is_dev & kind_mask(kind, *COMPUTE_KINDS)
-        removed, count = 0.0, 0
-        if s_src > 0 and m.any():
-            ts = _np(events, "ts_us")
-            dur = _np(events, MEASURED_DUR if MEASURED_DUR in events.schema.names else "dur_us")
-            f = overlap_fraction(events, ts, ts + dur)
-            m &= f > 0
-            before = costs.compute_us[m]
-            after = before / (1.0 + s_src * f[m])
-            costs.compute_us[m] = after
-            removed, count = float((before - after).sum()), int(m.sum())
-        notes["source_overlap_slowdown"] = s_src
-        notes["source_overlap_removed_events"] = count
-        notes["source_overlap_removed_us"] = removed
+                                source: HardwareSpec, src_mem: np.ndarray, comm: _Comm | None,
+                                costs: EventCosts, notes: dict[str, object]) -> None:
+        """Scaled compute and fetch carry the source's own interference where a kernel
+        overlapped communication in the measured trace (needs the measured schedule: the
+        costing input's `MEASURED_DUR`). The source's model applied to the measured schedule
+        gives each part's stretch ``r``; the part is divided by it (first-order inverse), so
+        the replay's stretch by the target's interference is not applied on top of the
+        source's."""
+        notes["source_overlap_slowdown"] = inter_mod.many_wave_slowdown(source)
+        notes["source_overlap_removed_events"] = 0
+        notes["source_overlap_removed_us"] = 0.0
+        if MEASURED_DUR not in events.schema.names:
+            return
+        ts = _np(events, "ts_us")
+        measured = _np(events, MEASURED_DUR)
+        end = ts + measured
+        start = ts.copy()
+        coll = None
+        if comm is not None:
+            c = coll_mod.collective_costs(source, comm.op, comm.bytes_in, comm.bytes_out,
+                                          comm.group, local=comm.local, nodes=comm.nodes)
+            coll = c
+            # the transfer is the end of the measured kernel; before it, the wait for peers
+            transfer = _np(events, "dur_us")[comm.idx]
+            start[comm.idx] = np.maximum(ts[comm.idx], end[comm.idx] - transfer)
+        inter = self.interference(source, events, kind, is_dev, src_mem, comm, coll)
+        c0, f0 = costs.compute_us.copy(), costs.fetch_us.copy()
+        rc, rf = np.ones_like(c0), np.ones_like(f0)
+        span = end.copy()
+        for _ in range(_INVERSE_PASSES):
+            # each part's stretch, for the kernel at its measured start with its clean length
+            c1, f1 = inter.apply(c0 / rc, f0 / rf, ts, start, span)
+            rc = np.maximum(np.divide(c1, c0 / rc, out=np.ones_like(c0), where=c0 > 0), 1.0)
+            rf = np.maximum(np.divide(f1, f0 / rf, out=np.ones_like(f0), where=f0 > 0), 1.0)
+            work = inter.victim
+            span = np.where(work, ts + (c0 / rc + f0 / rf), end)
+        costs.compute_us = c0 / rc
+        costs.fetch_us = f0 / rf
+        changed = (rc > 1.0) | (rf > 1.0)
+        notes["source_overlap_removed_events"] = int(changed.sum())
+        notes["source_overlap_removed_us"] = float((c0 + f0 - costs.compute_us
+                                                    - costs.fetch_us).sum())
 
-    def _cost_collectives(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
-                          cpu_only: bool, costs: EventCosts, notes: dict[str, object]) -> None:
+    def interference(self, spec: HardwareSpec, events: pa.Table, kind: np.ndarray,
+                     is_dev: np.ndarray, mem_share: np.ndarray, comm: _Comm | None,
+                     coll: coll_mod.CollectiveCost | None) -> inter_mod.Interference:
+        """Per-event inputs of ``spec``'s interference model (`replay.hardware.interference`)."""
+        n = events.num_rows
+        sm = int(spec.get("comm.sm_count", 0) or 0) if spec.value("comm.path") == "on_compute" else 0
+        gemm = is_dev & kind_mask(kind, *GEMM_KINDS)
+        grid = np.zeros(n)
+        if sm and gemm.any():
+            gi = np.flatnonzero(gemm)
+            out = _np(events, "bytes_written")[gi] / element_bytes(
+                events.column("dtype").take(pa.array(gi)))
+            grid[gi] = inter_mod.gemm_grid(spec, np.nan_to_num(_np(events, "flops")[gi]),
+                                           np.nan_to_num(out))
+        held, hbm, is_comm = np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool)
+        if comm is not None and coll is not None:
+            i = comm.idx[comm.known]
+            is_comm[i] = True
+            held[i] = inter_mod.channels(comm.op, coll.algorithm, coll.protocol, spec)[comm.known]
+            wire = inter_mod.wire_bytes(comm.op, comm.bytes_in, comm.bytes_out, comm.group)
+            hbm[i] = inter_mod.hbm_share(spec, wire, coll.collective_us)[comm.known]
+        return inter_mod.Interference(
+            rank=_np(events, "rank", np.int64), victim=is_dev & kind_mask(kind, *ROOFLINE_KINDS),
+            grid=grid, mem_share=mem_share, comm=is_comm, held=held, hbm=hbm, sm_count=sm,
+            beta=inter_mod.contention(spec))
+
+    @staticmethod
+    def _interference_notes(it: inter_mod.Interference) -> dict[str, object]:
+        g = it.grid[it.victim & (it.grid > 0)]
+        return {"gemm_kernels_with_grid": len(g),
+                "gemm_grid_median_ctas": float(np.median(g)) if len(g) else None,
+                "collective_sms_held_max": float(it.held.max()) if len(it.held) else 0.0,
+                "collective_hbm_share_max": float(it.hbm.max()) if len(it.hbm) else 0.0,
+                "transfer_contention": it.beta}
+
+    def _comm_inputs(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
+                     cpu_only: bool) -> _Comm | None:
+        """The priced collectives' per-event inputs (None when the trace has none)."""
         n = events.num_rows
         comm = kind_mask(kind, *COMM_KINDS) & (is_dev | cpu_only)
         idx = np.flatnonzero(comm)
+        if not len(idx):
+            return None
+        rank = _np(events, "rank", np.int64)
+        take = pa.array(idx)
+        op = coll_mod.op_codes(events.column("coll_op").take(take))
+        bin_ = np.nan_to_num(_np(events, "coll_bytes_in")[idx])
+        bout = np.nan_to_num(_np(events, "coll_bytes_out")[idx])
+        group = _np(events, "group_size", np.int64)[idx]
+        nranks = int((np.bincount(rank[rank >= 0]) > 0).sum()) if (rank >= 0).any() else 1
+        p_rec, L, N = coll_mod.placement(events.column("pg_ranks").take(take), rank[idx],
+                                         int(self.spec.value("network.ranks_per_node")))
+        group = np.where(group > 0, group, np.where(p_rec > 0, p_rec, max(nranks, 2)))
+        known = (bin_ + bout > 0) | (op == coll_mod.OPS.index("barrier"))
+        del n
+        return _Comm(idx, op, bin_, bout, group, L, N, known)
+
+    def _cost_collectives(self, events: pa.Table, comm: _Comm | None, costs: EventCosts,
+                          notes: dict[str, object]) -> coll_mod.CollectiveCost | None:
+        n = events.num_rows
         rank = _np(events, "rank", np.int64)
         cap = self.pool_capacity()
         classes = len(POOL_CLASSES[self.pool_kind()])
@@ -320,36 +413,33 @@ class HardwareModel:
                                     "units": "message-engine slots"
                                     if self.spec.value("comm.path") == "offloaded"
                                     else "concurrent collectives"}
-        if not len(idx):
-            return
-        take = pa.array(idx)
-        op = coll_mod.op_codes(events.column("coll_op").take(take))
-        bin_ = np.nan_to_num(_np(events, "coll_bytes_in")[idx])
-        bout = np.nan_to_num(_np(events, "coll_bytes_out")[idx])
-        group = _np(events, "group_size", np.int64)[idx]
-        nranks = int((np.bincount(rank[rank >= 0]) > 0).sum()) if (rank >= 0).any() else 1
-        rpn = int(self.spec.value("network.ranks_per_node"))  # type: ignore[call-overload]
-        p_rec, L, N = coll_mod.placement(events.column("pg_ranks").take(take), rank[idx], rpn)
-        group = np.where(group > 0, group, np.where(p_rec > 0, p_rec, max(nranks, 2)))
-        notes["group_placement"] = {"from_pg_ranks": int((L > 0).sum()),
-                                    "assumed_contiguous": int((L == 0).sum())}
-        known = (bin_ + bout > 0) | (op == coll_mod.OPS.index("barrier"))
+        if comm is None:
+            return None
+        idx, known = comm.idx, comm.known
+        notes["group_placement"] = {"from_pg_ranks": int((comm.local > 0).sum()),
+                                    "assumed_contiguous": int((comm.local == 0).sum())}
         notes["unpriced_collectives"] = int((~known).sum())
         share = cap if self.link_sharing() == "split" else 1
-        c = coll_mod.collective_costs(self.spec, op, bin_, bout, group, local=L, nodes=N,
-                                      share=share)
+        c = coll_mod.collective_costs(self.spec, comm.op, comm.bytes_in, comm.bytes_out,
+                                      comm.group, local=comm.local, nodes=comm.nodes, share=share)
         sel = idx[known]
         for name in ("compute", "fetch", "collective", "retry", "host"):
             getattr(costs, f"{name}_us")[sel] = 0.0
         costs.collective_us[sel] = c.collective_us[known]
         costs.host_us[sel] = c.post_us[known]
         rng = np.random.default_rng(self.seed)
-        u = rng.random((2, len(idx)))
-        retry = retry_costs(self.spec, self.loss_rate, c.nic_bytes, c.nic_messages, c.nic_bw, u)
+        u = rng.random((3, len(idx)))
+        own = retry_costs(self.spec, self.loss_rate, c.nic_bytes, c.nic_messages, c.nic_bw, u[:2])
+        own = np.where(known, own, 0.0)
+        retry = couple(comm.op, _instances(events, idx), own, u[2])
         costs.retry_us[sel] = retry[known]
+        notes["retry_own_us"] = float(own.sum())
+        notes["retry_from_peers_us"] = float((retry - own).sum())
         # the pool a collective holds: its rank's message engines (offloaded), else the link
         # class it crosses (in-node links, or the NICs once the group spans nodes)
-        p_ev = np.maximum(group.astype(np.float64), 1.0)
+        rpn = int(self.spec.value("network.ranks_per_node"))  # type: ignore[call-overload]
+        L, N = comm.local, comm.nodes
+        p_ev = np.maximum(comm.group.astype(np.float64), 1.0)
         spans = np.where((L > 0) & (N > 0), N, np.ceil(p_ev / np.minimum(p_ev, rpn))) > 1
         cls = np.zeros(len(idx), dtype=np.int64) if classes == 1 else spans.astype(np.int64)
         costs.resource[sel] = (rank[sel] * classes + cls[known]).astype(np.int32)
@@ -360,3 +450,56 @@ class HardwareModel:
         notes["collective_algorithms"] = {str(a): int(k) for a, k in zip(names, counts)}
         notes["loss_recovery"] = str(self.spec.value("loss.recovery"))
         notes["rto_us"] = rto_us(self.spec)
+        return c
+
+
+def _instances(events: pa.Table, idx: np.ndarray) -> np.ndarray:
+    """Collective instance per event of ``idx`` (same process group and sequence number, as the
+    graph matches them); -1 where either is unknown."""
+    pg = events.column("pg").take(pa.array(idx))
+    seq = pc.fill_null(events.column("coll_seq"), -1).to_numpy().astype(np.int64)[idx]
+    enc = pc.dictionary_encode(pc.fill_null(pg.cast(pa.string()), "\x00").combine_chunks())
+    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    known = np.asarray(pg.is_valid()) & (seq >= 0)
+    _, inst = np.unique(np.stack([code, seq]), axis=1, return_inverse=True)
+    return np.where(known, inst.ravel(), -1)
+
+
+def table_shard(events: pa.Table) -> np.ndarray:
+    """Per event: bytes of its rank's embedding shard as the ingest recorded it
+    (`schema.TABLE_BYTES_KEY`); NaN where unknown."""
+    meta = (events.schema.metadata or {}).get(TABLE_BYTES_KEY)
+    out = np.full(events.num_rows, np.nan)
+    if not meta or not events.num_rows:
+        return out
+    per = {int(k): float(v) for k, v in json.loads(meta).items()}
+    rank = _np(events, "rank", np.int64)
+    lut = np.full(int(max(rank.max(), max(per))) + 1, np.nan)
+    for r, b in per.items():
+        if r >= 0:
+            lut[r] = b
+    ok = rank >= 0
+    out[ok] = lut[rank[ok]]
+    return out
+
+
+def _hit_by_shard(spec: HardwareSpec, shard: np.ndarray) -> np.ndarray:
+    """Cache-hit ratio per event from its shard (the spec's working set where NaN); one
+    evaluation per distinct shard size."""
+    vals, inv = np.unique(np.nan_to_num(shard, nan=-1.0), return_inverse=True)
+    hits = np.array([zipf_hit_ratio(spec, None if v < 0 else v) for v in vals.tolist()])
+    return hits[inv.ravel()] if len(vals) else np.zeros(0)
+
+
+@dataclass
+class _Comm:
+    """Per priced collective event (indices ``idx`` into the table) the collective model's inputs."""
+
+    idx: np.ndarray
+    op: np.ndarray
+    bytes_in: np.ndarray
+    bytes_out: np.ndarray
+    group: np.ndarray
+    local: np.ndarray
+    nodes: np.ndarray
+    known: np.ndarray

@@ -1,15 +1,26 @@
-"""Retransmission time after packet loss, drawn over arrays.
+"""Retransmission time after packet loss, drawn over arrays, and how a stall reaches the peers.
 
 Per collective event, the packets that crossed a NIC are ``ceil(nic_bytes / mtu)``; the last
 packet of each message is a *tail* packet. With loss rate q, the lost non-tail packets and the
 lost tail packets are Poisson(q x count), drawn by inverse CDF from two uniforms per event (so a
 lower loss rate with the same seed never loses more packets). Costs per loss (HARDWARE.md 2.5):
 
-- go-back-N (RoCE RC NICs): a lost packet is NACKed by the next one and the sender resends the
-  whole window W = ceil(RTT / t_pkt) packets: W x t_pkt. A lost tail packet has no successor, so
-  it waits for the RC timeout RTO = 4.096 us x 2^NCCL_IB_TIMEOUT, then resends: RTO + t_pkt.
-- selective repeat (MetaRoCE-style endpoint recovery): only the lost packet is resent while the
-  window keeps flowing: t_pkt; a lost tail waits for the us-scale endpoint RTO: RTO + t_pkt.
+- mid-stream loss: the next packet reveals the gap (the receiver NAKs it), one RTT after the
+  lost packet left. Under go-back-N (RoCE/IB RC NICs) the sender then resends everything after
+  the lost packet: the window in flight during that RTT is discarded, ``rtt + t_pkt``. Under
+  selective repeat only the lost packet is resent while the window keeps flowing: ``t_pkt``.
+- tail loss: no later packet reveals it, so the sender waits for its retransmission timeout,
+  then resends: ``RTO + t_pkt``. The RTO is the NIC generation's (`rto_us`): a fixed timer
+  (``loss.rto_us``, or the IB formula 4.096 us x 2^``loss.ib_timeout``), or with ``loss.rto_model
+  = "adaptive"`` (NVIDIA ConnectX adaptive retransmission) the first, adaptive, timeout
+  ``loss.adaptive_rto_us``, capped by the QP's IB timeout.
+
+Coupling (`couple`): a collective's data moves through its peers, so a stalled transfer delays
+every peer waiting on it. In a ring-based collective (AllReduce, ReduceScatter, AllGather,
+Broadcast, Reduce) every member's pipeline waits for each stalled step: each member takes the
+sum of the group's stalls. In an all-to-all a stall delays its own rank and the one peer whose
+flow carried the lost packet (drawn from a third uniform). Instances are matched by process
+group and sequence number, as the graph matches them; events without both stay uncoupled.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import math
 
 import numpy as np
 
+from replay.hardware.collectives import OPS
 from replay.hardware.spec import HardwareSpec
 
 #: Above this mean, Poisson quantiles use the normal approximation (continuity-corrected).
@@ -25,10 +37,16 @@ _EXACT_MAX_MEAN = 30.0
 
 
 def rto_us(spec: HardwareSpec) -> float:
-    """Retransmission timeout: ``loss.rto_us`` or the IB formula from ``loss.ib_timeout``."""
+    """Timeout before a lost tail packet is resent: the adaptive first timeout
+    (``loss.rto_model = "adaptive"``, capped by the IB timeout), else ``loss.rto_us``, else the
+    IB formula 4.096 us x 2^``loss.ib_timeout``."""
+    ib = (4.096 * 2.0 ** int(spec.value("loss.ib_timeout"))
+          if spec.get("loss.ib_timeout") is not None else math.inf)
+    if spec.get("loss.rto_model", "fixed") == "adaptive":
+        return min(float(spec.value("loss.adaptive_rto_us")), ib)
     if spec.get("loss.rto_us") is not None:
         return float(spec.value("loss.rto_us"))
-    return 4.096 * 2.0 ** int(spec.value("loss.ib_timeout"))
+    return ib
 
 
 def norm_ppf(u: np.ndarray) -> np.ndarray:
@@ -89,23 +107,60 @@ def retry_costs(spec: HardwareSpec, loss_rate: float, nic_bytes: np.ndarray,
     t_pkt = mtu / np.maximum(nic_bw, 1e-12)
     lost_mid = poisson_quantile(uniforms[0], (packets - tails) * loss_rate)
     lost_tail = poisson_quantile(uniforms[1], tails * loss_rate)
-    if spec.value("loss.recovery") == "go_back_n":
-        window = np.maximum(1.0, np.ceil(rtt / t_pkt))
-        per_mid = window * t_pkt
-    else:
-        per_mid = t_pkt
-    return lost_mid * per_mid + lost_tail * (rto_us(spec) + t_pkt)
+    return lost_mid * _per_mid(spec, rtt, t_pkt) + lost_tail * (rto_us(spec) + t_pkt)
+
+
+def _per_mid(spec: HardwareSpec, rtt: float, t_pkt):  # noqa: ANN001, ANN202
+    """Time one mid-stream loss costs: NAK after one RTT, then the window (go-back-N) or the
+    one packet (selective repeat) resent."""
+    return rtt + t_pkt if spec.value("loss.recovery") == "go_back_n" else t_pkt
+
+
+#: ring-pipelined collectives: every member waits for every stalled step
+RING_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+
+
+def couple(op: np.ndarray, instance: np.ndarray, own: np.ndarray, u_peer: np.ndarray
+           ) -> np.ndarray:
+    """Per event, the retransmission stall it waits for: its own plus what its peers' stalls
+    impose on it (module docstring). ``op``: `collectives.OPS` codes; ``instance``: the
+    collective instance per event (-1: unmatched, left alone); ``u_peer``: uniforms in [0, 1)
+    choosing the peer an all-to-all stall reaches."""
+    out = own.astype(np.float64).copy()
+    m = (instance >= 0) & (own >= 0)
+    if not m.any():
+        return out
+    idx = np.flatnonzero(m)
+    inst = instance[idx]
+    order = np.lexsort((idx, inst))
+    idx, inst = idx[order], inst[order]
+    first = np.r_[True, inst[1:] != inst[:-1]]
+    gid = np.cumsum(first) - 1
+    size = np.bincount(gid)
+    start = np.flatnonzero(first)
+    pos = np.arange(len(idx)) - start[gid]
+    ring = np.isin(op[idx], [OPS.index(o) for o in RING_OPS])
+    total = np.bincount(gid, weights=own[idx])
+    out[idx[ring]] = total[gid[ring]]
+    a2a = op[idx] == OPS.index("all_to_all")
+    if a2a.any():
+        # the stall of member i reaches the member (i + 1 + floor(u (p - 1))) mod p
+        p = size[gid]
+        hop = 1 + np.floor(u_peer[idx] * np.maximum(p - 1, 1)).astype(np.int64)
+        dest = start[gid] + (pos + hop) % p
+        got = np.zeros(len(idx))
+        sel = a2a & (own[idx] > 0) & (p > 1)
+        np.maximum.at(got, dest[sel], own[idx][sel])
+        out[idx[a2a]] = np.maximum(own[idx[a2a]], got[a2a])
+    return out
 
 
 def expected_retry_us(spec: HardwareSpec, loss_rate: float, nic_bytes: float,
                       nic_messages: float, nic_bw: float) -> float:
-    """Mean of `retry_costs` for one event (for checks and reports)."""
+    """Mean of `retry_costs` (a rank's own stall, before `couple`) for one event."""
     mtu = float(spec.value("loss.mtu_bytes"))
     packets = math.ceil(nic_bytes / mtu)
     tails = min(nic_messages, packets)
     t_pkt = mtu / nic_bw
-    if spec.value("loss.recovery") == "go_back_n":
-        per_mid = max(1.0, math.ceil(float(spec.value("loss.rtt_us")) / t_pkt)) * t_pkt
-    else:
-        per_mid = t_pkt
+    per_mid = _per_mid(spec, float(spec.value("loss.rtt_us")), t_pkt)
     return loss_rate * ((packets - tails) * per_mid + tails * (rto_us(spec) + t_pkt))

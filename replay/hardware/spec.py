@@ -75,6 +75,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "loss.recovery",
     "loss.mtu_bytes",
     "loss.rtt_us",
+    "interference.hbm_bytes_per_wire_byte",
 )
 
 #: Extra keys required by the communication path.
@@ -82,7 +83,9 @@ PATH_KEYS: dict[str, tuple[str, ...]] = {
     "offloaded": ("comm.message_engines", "comm.engines_per_collective", "comm.engine_reduction_GBps",
                   "comm.overlap_slowdown"),
     "on_compute": ("comm.sm_count", "comm.comm_ctas", "comm.mem_contention",
-                   "comm.gemm_waves_max", "comm.concurrent_collectives", "comm.reduction_GBps"),
+                   "comm.concurrent_collectives", "comm.reduction_GBps",
+                   "interference.gemm_tile_m", "interference.gemm_tile_n",
+                   "interference.split_k_min_k"),
 }
 
 #: Optional groups: NVSwitch reduction (NVLS) when ``comm.nvls_efficiency`` is given, and the
@@ -99,6 +102,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "comm.algorithm": ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical"),
     "comm.protocol": ("auto", "ll", "ll128", "simple"),
     "loss.recovery": ("go_back_n", "selective_repeat"),
+    "loss.rto_model": ("fixed", "adaptive"),
     "comm.link_sharing": ("fifo", "split"),
 }
 
@@ -231,6 +235,9 @@ def _check_keys(spec: HardwareSpec) -> None:
         missing += [k for k in NVLS_KEYS if k not in spec.entries]
     if spec.entries.get("comm.collnet") and spec.entries["comm.collnet"].value:
         missing += [k for k in COLLNET_KEYS[1:] if k not in spec.entries]
+    rto = spec.entries.get("loss.rto_model")
+    if rto is not None and rto.value == "adaptive" and "loss.adaptive_rto_us" not in spec.entries:
+        missing.append("loss.adaptive_rto_us (loss.rto_model is adaptive)")
     if missing:
         raise HardwareSpecError(f"{spec.origin}: missing keys {', '.join(missing)}; copy them "
                                 f"from a bundled spec (mtia-trace hw show h100 / mtia300)")
