@@ -57,7 +57,7 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     Per event with measured lag ``r``: the modelled latency is ``m = L`` (launch latency) when its
     measured ready time is its launch, else 0. Explained by the source: ``min(r, m_src)``; the
     rest ``u = r - min(r, m_src)`` is unexplained. Lag used: ``m_tgt + u`` (``m_tgt`` only when
-    ``strict``); as measured (no target) the measured ``r`` itself, or ``m_src`` when strict. An unknown source latency is taken to be the target's (the lag then carries
+    ``strict``; a measured launch faster than ``m_src`` is scaled by ``m_tgt / m_src``); as measured (no target) the measured ``r`` itself, or ``m_src`` when strict. An unknown source latency is taken to be the target's (the lag then carries
     over as measured); without either (as-measured, unknown source) no latency is modelled and
     the whole lag is unexplained.
     """
@@ -67,11 +67,18 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     tgt_v = 0.0 if tgt is None else float(tgt)
     r = g.ready_lag
     via = g.via_launch if g.via_launch is not None else np.zeros(g.n, dtype=bool)
-    u = r - np.minimum(r, np.where(via, src_v, 0.0))
+    explained = np.minimum(r, np.where(via, src_v, 0.0))
+    u = r - explained
     if target_us is None and not strict:
         lag_ev = r.copy()  # as measured: explained and unexplained parts both kept
+    elif strict:
+        lag_ev = np.where(via, tgt_v, 0.0)
     else:
-        lag_ev = np.where(via, tgt_v, 0.0) + (0.0 if strict else u)
+        # the launch part of the measured lag on the target: its spec latency, or, where the
+        # trace launched faster than the source's spec says (e.g. CUDA-graph launches), the
+        # measured part scaled by target / source latency (same hardware: as measured)
+        scale = tgt_v / src_v if src_v > 0 else 1.0
+        lag_ev = np.where(via, np.where(r >= src_v, tgt_v, explained * scale), 0.0) + u
     lagged = r > 0
     lagged |= via
     lag_ev = np.where(lagged, lag_ev, 0.0)
