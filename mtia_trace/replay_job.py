@@ -57,6 +57,9 @@ def trace_stem(path: Path) -> str:
 def split_hw(values: list[str] | None) -> list[str]:
     """`--hw a --hw b,c` → [a, b, c] (deduplicated); none → as-measured."""
     names = [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+    if values and not names:
+        raise UsageError(f"--hw {values[0]!r}: names no hardware; give a spec name (e.g. "
+                         "mtia300) or a .toml path, or leave --hw out for as-measured")
     return list(dict.fromkeys(names)) or [AS_MEASURED]
 
 

@@ -304,8 +304,40 @@ def _major(version: str) -> int:
         return 10**9
 
 
+def _unreadable(path: Path, why: str) -> RunNotFoundError:
+    return RunNotFoundError(f"{path}: not a readable mtia-trace run ({why}); re-run "
+                            "`mtia-trace replay --force` to rewrite it")
+
+
+def _check_table(path: Path, table: str, files: list[Path]) -> None:
+    """Each file of ``table`` opens as Parquet (footer, schema) and has the canonical columns."""
+    if not files:
+        raise _unreadable(path, f"{table}/ holds no Parquet partitions")
+    need = TABLES[table].names
+    for f in files:
+        rel = f.relative_to(path)
+        try:
+            if not f.is_file():
+                raise OSError(f"{rel} is not a regular file")
+            names = pq.ParquetFile(f).schema_arrow.names
+        except (OSError, pa.ArrowException) as exc:
+            raise _unreadable(path, f"{rel}: {_first_line(exc)}") from None
+        lacking = [c for c in need if c not in names]
+        if lacking:
+            raise _unreadable(path, f"{rel} lacks columns {', '.join(lacking[:4])}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 def open_run(path: str | Path) -> Run:
-    """Read a run directory's metadata; refuse non-runs and runs from a newer schema."""
+    """Read a run directory's metadata; refuse non-runs, unreadable runs and newer schemas.
+
+    Every table file's Parquet footer and columns are checked, so a truncated, emptied or
+    foreign file fails here in one line instead of deep inside a query.
+    """
     path = Path(path)
     meta_path = path / META_FILE
     if not meta_path.is_file():
@@ -315,19 +347,25 @@ def open_run(path: str | Path) -> Run:
     try:
         meta = run_meta.decode(meta_path.read_bytes())
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise RunNotFoundError(f"{meta_path}: unreadable run metadata ({exc}); rewrite the run "
-                               "with `mtia-trace replay --force`") from None
+        raise _unreadable(path, f"{META_FILE}: {exc}") from None
+    except OSError as exc:
+        raise _unreadable(path, f"{META_FILE}: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise _unreadable(path, f"{META_FILE}: nested too deeply") from None
     version = meta.schema_version
     if _major(version) > _major(schema.SCHEMA_VERSION):
         raise SchemaVersionError(
             f"{path}: written with schema {version}, newer than this mtia-trace "
             f"({__version__}, schema {schema.SCHEMA_VERSION}); upgrade mtia-trace to read it")
     absent = [f"{t}.parquet" for t in TABLES
-              if not (path / f"{t}.parquet").is_file() and not (path / t).is_dir()]
+              if not (path / f"{t}.parquet").exists() and not (path / t).is_dir()]
     if absent:
         raise RunNotFoundError(f"{path}: incomplete run, missing {', '.join(absent)}; "
                                "rewrite it with `mtia-trace replay --force`")
-    return Run(path.resolve(), path.resolve().name, meta)
+    run = Run(path.resolve(), path.resolve().name, meta)
+    for t in TABLES:
+        _check_table(run.path, t, run.table_files(t))
+    return run
 
 
 def find_runs(paths: Iterable[str | Path]) -> list[Run]:

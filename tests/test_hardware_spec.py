@@ -55,8 +55,16 @@ def test_override_typed_and_marked() -> None:
     ("comm.path=nvlink", "one of"),
     ("no.such_key=1", "no key"),
     ("justtext", "key=value"),
-    ("hbm.efficiency=1.5", "(0, 1]"),
-    ("hbm.bandwidth_GBps=-1", "negative"),
+    ("hbm.efficiency=1.5", "allowed: a number in [0.001, 1] (fraction)"),
+    ("hbm.bandwidth_GBps=-1", "hbm.bandwidth_GBps = -1.0: expected `float` >= 0.001 (at "
+                              "$.hbm.bandwidth_GBps.value); allowed: a number in [0.001, 10000000]"),
+    ("hbm.bandwidth_GBps=inf", "expected `float` <= 10000000.0"),
+    ("hbm.bandwidth_GBps=1e-300", "expected `float` >= 0.001"),
+    ("compute.peak_tflops_fp32=0", "allowed: a number in [1e-06, 1000000] TFLOP/s"),
+    ("comm.message_engines=0", "allowed: an integer in [1, 1000000] (count)"),
+    ("loss.mtu_bytes=99999999999999999999", "allowed: an integer in [64, 1048576] bytes"),
+    ("hbm.bandwith_GBps=3", "did you mean hbm.bandwidth_GBps?"),
+    ("cache.zipf_alpha=nan", "cache.zipf_alpha = nan"),
 ])
 def test_bad_override_is_one_line_error(item: str, words: str) -> None:
     with pytest.raises(HardwareSpecError) as exc:
@@ -73,6 +81,15 @@ def test_bad_override_is_one_line_error(item: str, words: str) -> None:
     ("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 5, source = 's', confidence = 'assumed' }\n",
      "missing keys"),
     ("name = [\n", "not valid TOML"),
+    ("name = 'x'\n[hbm]\nbandwith_GBps = { value = 5, source = 's', confidence = 'assumed' }\n",
+     r"unknown key hbm.bandwith_GBps \(at \$.hbm.bandwith_GBps\); did you mean hbm.bandwidth_GBps\?"),
+    ("name = 'x'\n[hbmm]\n", r"unknown section 'hbmm' \(at \$.hbmm\); did you mean \[hbm\]\?"),
+    ("name = 'x'\n[hbm]\nbandwidth_GBps = { value = '5', source = 's', confidence = 'assumed' }\n",
+     r"hbm.bandwidth_GBps = '5': expected `float`, got `str` \(at \$.hbm.bandwidth_GBps.value\)"),
+    ("name = 'x'\n[hbm]\nbandwidth_GBps = { value = 0, source = 's', confidence = 'assumed' }\n",
+     r"allowed: a number in \[0.001, 10000000\] GB/s"),
+    ("name = 'x'\n[comm]\npath = { value = 'nvlink', source = 's', confidence = 'assumed' }\n",
+     "allowed: one of offloaded, on_compute"),
 ])
 def test_spec_file_errors(tmp_path: Path, text: str, words: str) -> None:
     bad = tmp_path / "x.toml"

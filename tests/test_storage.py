@@ -135,7 +135,7 @@ def test_incomplete_and_corrupt_runs(tmp_path: Path, tables) -> None:
     with pytest.raises(RunNotFoundError, match="incomplete run, missing edges.parquet"):
         open_run(run.path)
     (run.path / "run.json").write_text("{not json")
-    with pytest.raises(RunNotFoundError, match="unreadable run metadata"):
+    with pytest.raises(RunNotFoundError, match=r"not a readable mtia-trace run \(run.json: "):
         open_run(run.path)
 
 

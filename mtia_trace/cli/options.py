@@ -12,7 +12,9 @@ SET_OPTION = typer.Option(None, "--set", metavar="KEY=VALUE",
                           help="Override a spec value (repeatable).")
 LOSS_RATE_OPTION = typer.Option(0.0, "--loss-rate", min=0.0, max=1.0,
                                 help="Packet loss probability for retransmissions.")
-SEED_OPTION = typer.Option(0, "--seed", help="Seed for the loss draws.")
+#: Seeds are non-negative 63-bit integers (numpy's generators and the int64 run metadata).
+SEED_MAX = 2**63 - 1
+SEED_OPTION = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed for the loss draws.")
 SOURCE_HW_OPTION = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
                                 "(for --mode scaled; default: detected from deviceProperties).")
 #: For commands that write one output file (report, export, compare -o).

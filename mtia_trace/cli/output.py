@@ -127,15 +127,54 @@ def render_markdown(table: pa.Table, *, max_rows: int | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def _as_text(col: pa.ChunkedArray) -> pa.Array:
+    """A column's values as JSON text (lists, structs, maps, unions, intervals)."""
+    return pa.array([None if v is None else orjson.dumps(v, default=str).decode()
+                     for v in col.to_pylist()], type=pa.string())
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_nested(t) or pa.types.is_union(t) or pa.types.is_interval(t)
+
+
+def unique_names(table: pa.Table) -> pa.Table:
+    """Duplicate column names made unique (``a``, ``a_2``, ...), so no column is dropped."""
+    seen: dict[str, int] = {}
+    names = []
+    for n in table.column_names:
+        seen[n] = seen.get(n, 0) + 1
+        names.append(n if seen[n] == 1 else f"{n}_{seen[n]}")
+    return table if names == table.column_names else table.rename_columns(names)
+
+
+def for_file(table: pa.Table, fmt: Format) -> pa.Table:
+    """``table`` in a form ``fmt`` can hold: CSV gets nested values as JSON text, Parquet gets
+    unions and intervals as JSON text; JSON and Parquet get unique column names."""
+    if fmt in (Format.json, Format.parquet):
+        table = unique_names(table)
+    if fmt is Format.csv:
+        bad = [i for i, f in enumerate(table.schema) if _nested(f.type)]
+    elif fmt is Format.parquet:
+        bad = [i for i, f in enumerate(table.schema)
+               if pa.types.is_union(f.type) or pa.types.is_interval(f.type)
+               or (pa.types.is_nested(f.type) and "interval" in str(f.type))
+               or (pa.types.is_nested(f.type) and "union" in str(f.type))]
+    else:
+        bad = []
+    for i in bad:
+        table = table.set_column(i, table.column_names[i], _as_text(table.column(i)))
+    return table
+
+
 def render_csv(table: pa.Table) -> str:
     buf = io.BytesIO()
-    pacsv.write_csv(table, buf)
+    pacsv.write_csv(for_file(table, Format.csv), buf)
     return buf.getvalue().decode()
 
 
 def render_json(table: pa.Table) -> str:
-    return orjson.dumps(table.to_pylist(), option=orjson.OPT_SERIALIZE_NUMPY,
-                        default=str).decode() + "\n"
+    return orjson.dumps(for_file(table, Format.json).to_pylist(),
+                        option=orjson.OPT_SERIALIZE_NUMPY, default=str).decode() + "\n"
 
 
 def render(table: pa.Table, fmt: Format, *, max_rows: int | None = None) -> str:
@@ -157,7 +196,8 @@ def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None
     if fmt is Format.parquet:
         if out is None:
             raise UsageError("--format parquet: needs an output file; add -o RESULT.parquet")
-        write_with(out, lambda tmp: pq.write_table(table, tmp, compression="zstd"), force=force)
+        flat = for_file(table, fmt)
+        write_with(out, lambda tmp: pq.write_table(flat, tmp, compression="zstd"), force=force)
         return
     text = render(table, fmt, max_rows=None if out else max_rows)
     if out is None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from mtia_trace.cli.options import SEED_MAX
 from mtia_trace.synth import PRESETS, SynthOptions, synthesize
 
 _PRESETS_HELP = "; ".join(f"{n}: {m.doc}" for n, m in PRESETS.items())
@@ -22,7 +23,7 @@ def synth(
     sharding: str | None = typer.Option(None, "--sharding", help="Embedding sharding: tw, rw, cw, "
                                         "twrw or dp (default: the model's)."),
     mode: str = typer.Option("train", "--mode", help="train or infer (forward only)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the duration jitter."),
+    seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed of the duration jitter."),
     source_hw: str = typer.Option("h100", "--source-hw", help="Hardware spec the durations come from."),
     zipf: float = typer.Option(0.0, "--zipf", help="Embedding id skew (Zipf exponent; 0 = uniform)."),
     host_overhead: str | None = typer.Option(

@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import TraceFormatError
+from mtia_trace.ingest import anomalies
 from mtia_trace.ingest.assemble import build
+from mtia_trace.ingest.decode import MAX_STEP, not_regular
 from mtia_trace.ingest.kineto import FileInfo, RawFile, read_file
 
 __all__ = ["FILE_FIELDS", "FileInfo", "Trace", "file_facts", "load", "trace_files"]
@@ -61,7 +63,13 @@ def trace_files(path: Path) -> list[Path]:
     """The trace files a directory holds (sorted), or the path itself."""
     if path.is_dir():
         files = sorted(p for p in path.iterdir()
-                       if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json")
+                       if p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json")
+        for p in files:
+            why = not_regular(p)
+            if why is not None:
+                raise TraceFormatError(
+                    f"{p}: {why}; every *.json / *.json.gz in a trace folder is read as a rank's "
+                    "trace, remove or move it")
         if not files:
             raise TraceFormatError(
                 f"{path}: directory holds no trace files (*.json, *.json.gz); "
@@ -100,6 +108,7 @@ def load(paths: str | Path | Iterable[str | Path],
             gc.enable()
     warnings += more
     warnings += _clock_skew(events)
+    warnings += anomalies.check(events)
     kinds = events.column("kind").value_counts()
     counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}
     return Trace(events=events, files=[r.info for r in raws], warnings=warnings,
@@ -123,6 +132,10 @@ def _assign_ranks(raws: list[RawFile]) -> list[str]:
             )
     seen: dict[int, str] = {}
     for r in raws:
+        if not 0 <= r.info.rank <= MAX_STEP:
+            raise TraceFormatError(
+                f"{r.info.path}: rank {r.info.rank} is out of range (0..{MAX_STEP}); fix "
+                "distributedInfo.rank or the rank in the file name")
         if r.info.rank in seen:
             raise TraceFormatError(
                 f"{r.info.path}: rank {r.info.rank} also comes from {seen[r.info.rank]}; "

@@ -3,31 +3,54 @@
 The decoder is msgspec with typed structs: it skips every key the reader does not use, so it is
 several times faster than a generic JSON parse and holds a fraction of its memory (see
 benchmarks/bench_ingest.py). Only the args the ingest needs are declared.
+
+Hostile input is refused at this edge, each case in one line naming the file (and the JSON path
+of the offending value): anything but a regular file (a FIFO, a device, a socket), a file or
+gunzipped stream larger than `max_bytes` (default 4 GiB; ``MTIA_TRACE_MAX_BYTES=16G`` raises
+it), JSON nested deeper than the decoder's recursion limit, integers outside int64 and
+timestamps or durations beyond ``MAX_TIME_US``, and step numbers past int32.
 """
 
 from __future__ import annotations
 
-import gzip
+import os
+import re
+import stat
+import sys
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
-from mtia_trace.errors import TraceFormatError
+from mtia_trace.errors import TraceFormatError, UsageError
 
 _HINT = "expected a PyTorch profiler export (.json or .json.gz)"
+
+#: Environment variable that raises (or lowers) the per-file read limit, e.g. ``16G``.
+MAX_BYTES_ENV = "MTIA_TRACE_MAX_BYTES"
+#: Default largest file, and largest gunzipped JSON, one trace file may be.
+DEFAULT_MAX_BYTES = 4 * 2**30
+#: Largest |ts| or dur accepted, in us (about 3,000 years: a Unix-epoch trace is ~1.8e15).
+MAX_TIME_US = 1e17
+#: Largest step number (``ProfilerStep#N``) and rank: steps and ranks are int32 columns.
+MAX_STEP = 2**31 - 1
+_CHUNK = 1 << 24
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+TimeUs = Annotated[float, msgspec.Meta(ge=-MAX_TIME_US, le=MAX_TIME_US)]
 
 
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
     """The event args the ingest reads; every other key is skipped while decoding."""
 
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    external_id_old: int | None = msgspec.field(default=None, name="external id")
-    correlation: int | None = None
-    device: int | None = None
-    stream: int | str | None = None
-    stream_id: int | str | None = None
+    external_id: Int64 | None = msgspec.field(default=None, name="External id")
+    external_id_old: Int64 | None = msgspec.field(default=None, name="external id")
+    correlation: Int64 | None = None
+    device: Int64 | None = None
+    stream: Int64 | str | None = None
+    stream_id: Int64 | str | None = None
     # shapes stay raw JSON: they repeat massively, so they are decoded once per distinct value
     input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
@@ -37,20 +60,20 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True):
     size: float | str | None = None
     mem_size: str | float | None = msgspec.field(default=None, name="mem size")
     direction: str | None = None
-    packet_ptr: int | None = None
-    seq_num: int | None = None  # MTIA event_record / event_wait: the event's sequence number
-    wait_on_stream: int | None = None
-    wait_corr: int | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
+    packet_ptr: Int64 | None = None
+    seq_num: Int64 | None = None  # MTIA event_record / event_wait: the event's sequence number
+    wait_on_stream: Int64 | None = None
+    wait_corr: Int64 | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     sync_kind: str | None = msgspec.field(default=None, name="cuda_sync_kind")
     coll_name: str | None = msgspec.field(default=None, name="Collective name")
     in_nelems: float | None = msgspec.field(default=None, name="In msg nelems")
     out_nelems: float | None = msgspec.field(default=None, name="Out msg nelems")
-    group_size: int | None = msgspec.field(default=None, name="Group size")
+    group_size: Int64 | None = msgspec.field(default=None, name="Group size")
     dtype: str | None = None
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: str | list[Any] | None = msgspec.field(default=None, name="Process Group Ranks")
-    seq: int | None = msgspec.field(default=None, name="Seq")
-    seq_lower: int | None = msgspec.field(default=None, name="seq")
+    seq: Int64 | None = msgspec.field(default=None, name="Seq")
+    seq_lower: Int64 | None = msgspec.field(default=None, name="seq")
     name: str | None = None  # metadata events: process/thread name
 
 
@@ -84,11 +107,11 @@ class Event(msgspec.Struct, gc=False):
     ph: str
     name: str = ""
     cat: str | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float | None = None
-    dur: float | None = None
-    id: int | str | None = None
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    ts: TimeUs | None = None
+    dur: TimeUs | None = None
+    id: Int64 | str | None = None
     args: Args | None = None
 
 
@@ -98,23 +121,110 @@ class Document(msgspec.Struct, gc=False):
     deviceProperties: list[Any] | None = None
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's JSON bytes, gunzipped when it starts with the gzip magic."""
+def max_bytes() -> int:
+    """The per-file read limit: ``MTIA_TRACE_MAX_BYTES`` (bytes, or with K/M/G/T) or the default."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    m = _SIZE.match(text)
+    if m is None:
+        raise UsageError(f"{MAX_BYTES_ENV}={text}: not a size; give bytes or a number with K, "
+                         "M, G or T (e.g. 16G)")
+    scale = 1024 ** " kmgt".index((m.group(2) or " ").lower())
+    return max(1, int(float(m.group(1)) * scale))
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _too_big(path: Path, what: str, limit: int) -> TraceFormatError:
+    return TraceFormatError(
+        f"{path}: {what} exceeds the {_size(limit)} read limit; if the trace is genuine, raise "
+        f"it with {MAX_BYTES_ENV}=<size> (e.g. {MAX_BYTES_ENV}={max(2, 2 * limit // 2**30)}G)")
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR,
+                                                                           "a directory"))
+
+
+def not_regular(path: Path) -> str | None:
+    """Why ``path`` cannot be a trace file (a FIFO, a device, a broken link...), or None."""
     try:
-        raw = path.read_bytes()
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    return "is " + next((k for test, k in _KINDS if test(mode)), "not a regular file")
+
+
+def _open_regular(path: Path) -> int:
+    """A file descriptor on ``path``, refusing anything but a regular file (without blocking)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+        raise TraceFormatError(f"{path}: is {kind}, not a trace file; pass a .json or .json.gz "
+                               "file (or a folder of them)")
+    return fd
+
+
+def _gunzip(path: Path, raw: bytes, limit: int) -> bytearray:
+    """Every gzip member of ``raw``, refusing output past ``limit`` bytes as it is produced."""
+    out = bytearray()
+    data = raw
+    try:
+        while data:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            buf = data
+            while True:
+                chunk = d.decompress(buf, _CHUNK)
+                if len(out) + len(chunk) > limit:
+                    raise _too_big(path, "its gunzipped JSON", limit)
+                out += chunk
+                buf = d.unconsumed_tail
+                if d.eof or (not chunk and not buf):
+                    break
+            if not d.eof:
+                raise EOFError("stream ends before the end-of-stream marker")
+            data = d.unused_data
+            if data[:2] != b"\x1f\x8b":
+                break  # trailing padding after the last member, as gzip(1) tolerates
+    except (EOFError, zlib.error) as exc:
+        raise TraceFormatError(
+            f"{path}: corrupt or truncated gzip ({exc}); re-export or re-download the trace"
+        ) from None
+    return out
+
+
+def read_bytes(path: Path) -> bytes | bytearray:
+    """The file's JSON bytes, gunzipped when it starts with the gzip magic (bounded, see above)."""
+    limit = max_bytes()
+    fd = _open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise _too_big(path, f"the file ({_size(size)})", limit)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(size + 1)
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise _too_big(path, "the file", limit)
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(
-                f"{path}: corrupt or truncated gzip ({exc}); re-export or re-download the trace"
-            ) from None
+        raw = _gunzip(path, raw, limit)
     return raw
 
 
-def decode(path: Path, raw: bytes) -> Document:
+def decode(path: Path, raw: bytes | bytearray) -> Document:
     """Decode and check the top level; field-level type errors name the JSON path."""
     try:
         doc = msgspec.json.decode(raw, type=Document)
@@ -129,4 +239,18 @@ def decode(path: Path, raw: bytes) -> Document:
         ) from None
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{path}: not valid JSON ({exc}); {_HINT}") from None
+    except RecursionError:
+        raise TraceFormatError(f"{path}: JSON nested too deeply to be a profiler trace (over "
+                               f"{sys.getrecursionlimit()} levels); {_HINT}") from None
+    _check_steps(path, doc.traceEvents)
     return doc
+
+
+def _check_steps(path: Path, events: list[Event]) -> None:
+    """Refuse ``ProfilerStep#N`` with N past int32 (steps are an int32 column)."""
+    names = {e.name for e in events if e.name.startswith("ProfilerStep#")}
+    for name in names:
+        digits = name[len("ProfilerStep#"):]
+        if digits.isdigit() and (len(digits) > 10 or int(digits) > MAX_STEP):
+            raise TraceFormatError(f"{path}: event {name[:40]!r} numbers a step past {MAX_STEP}; "
+                                   "fix the step annotation or re-export the trace")

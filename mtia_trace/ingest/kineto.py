@@ -61,18 +61,20 @@ def _int_or(values: list[int | None], fill: int) -> np.ndarray:
 
 
 def _as_int(v: Any) -> int | None:
+    """``v`` as an int64, or None (bools, non-integers, text that is no number, out of range)."""
     if isinstance(v, bool):
         return None
+    out: int | None = None
     if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
+        out = v
+    elif isinstance(v, float) and v.is_integer():
+        out = int(v)
+    elif isinstance(v, str):
         try:
-            return int(v, 0)
+            out = int(v, 0)
         except ValueError:
             return None
-    return None
+    return out if out is not None and -(2**63) <= out < 2**63 else None
 
 
 _PH = attrgetter("ph")
@@ -281,6 +283,9 @@ def read_file(path: Path) -> RawFile:
 
     di = doc.distributedInfo or {}
     rank = _as_int(di.get("rank")) if isinstance(di, dict) else None
+    if rank is None and isinstance(di, dict) and di.get("rank") is not None:
+        raise TraceFormatError(f"{path}: distributedInfo.rank = {str(di['rank'])[:40]!r} is not "
+                               "a rank number; fix it or remove it to take the rank from the name")
     if rank is None:
         rank = rank_from_name(path)
     info = FileInfo(

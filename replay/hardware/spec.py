@@ -18,11 +18,17 @@ replace a value after type checking; the overridden entry's confidence becomes `
 from __future__ import annotations
 
 import copy
+import difflib
+import functools
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from mtia_trace.errors import HardwareSpecError
 
@@ -174,10 +180,13 @@ class HardwareSpec:
             key, text = _split_override(item)
             entry = out.entries.get(key)
             if entry is None:
+                near = difflib.get_close_matches(key, list(self.entries), n=1, cutoff=0.6)
+                hint = f"did you mean {near[0]}? " if near else ""
                 raise HardwareSpecError(
-                    f"--set {item}: {self.name} has no key {key!r}; run `mtia-trace hw show "
-                    f"{self.name}` to list keys")
+                    f"--set {item}: {self.name} has no key {key!r}; {hint}run `mtia-trace hw "
+                    f"show {self.name}` to list keys")
             new = _parse_like(entry, key, text, item)
+            validate_value(key, new, f"--set {item}")
             out.entries[key] = Entry(new, f"--set {key}={text} (was {entry.value})", "override",
                                      entry.choices)
         out.overrides = tuple(self.overrides) + tuple(overrides)
@@ -272,6 +281,7 @@ def _check_values(spec: HardwareSpec) -> None:
 
 
 def _parse(doc: dict[str, object], origin: str) -> HardwareSpec:
+    validate_doc(doc, origin)
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise HardwareSpecError(f"{origin}: missing top-level name = \"...\"; add one")
@@ -334,3 +344,204 @@ def load_spec(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] =
         raise HardwareSpecError(f"{path}: cannot read ({exc})") from None
     spec = _parse(doc, str(path) if path.parent != _bundled_dir() else f"{path.stem} (bundled)")
     return spec.with_overrides(list(overrides)) if overrides else spec
+
+
+# -- typed validation of every value --------------------------------------------------------
+#
+# A spec file is decoded into msgspec Structs built from the bundled specs' keys (the schema of
+# names) and `rule_for` (type, range and unit per key): a wrong type, a value out of range or an
+# unknown key fails at load with its ``$.section.field`` path, the allowed range and, for an
+# unknown key, the nearest known one. ``--set`` values go through the same rules. A new key
+# needs no code when its name ends in a known unit (``_us``, ``_GBps``, ...); otherwise add it
+# to `RULES`.
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a spec value may be: its type, closed/open range and unit."""
+
+    kind: type  # float (ints accepted), int, bool or str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    unit: str = ""
+
+    def annotation(self, choices: tuple[str, ...] = ()) -> object:
+        if self.kind is bool:
+            return bool
+        if self.kind is str:
+            return Literal[choices] if choices else str  # type: ignore[valid-type]
+        meta: dict[str, Any] = {"gt" if self.lo_open else "ge": self.lo} if self.lo is not None else {}
+        if self.hi is not None:
+            meta["le"] = self.hi
+        return Annotated[self.kind, msgspec.Meta(**meta)] if meta else self.kind
+
+    def describe(self, choices: tuple[str, ...] = ()) -> str:
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is str:
+            return "one of " + ", ".join(choices) if choices else "a string"
+        what = "an integer" if self.kind is int else "a number"
+        lo = "" if self.lo is None else f"{'(' if self.lo_open else '['}{_num(self.lo)}"
+        hi = "" if self.hi is None else f"{_num(self.hi)}]"
+        rng = f" in {lo or '(-inf'}, {hi or 'inf)'}" if lo or hi else ""
+        return what + rng + (f" {self.unit}" if self.unit else "")
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) <= 1e7 else f"{v:g}"
+
+
+# Lower bounds are physical floors, not just > 0: a "tiny" rate (1e-300 GB/s) would give
+# infinite times; an upper bound far above any machine catches unit slips (TB/s for GB/s).
+_COUNT = Rule(int, 1, 10**6, unit="(count)")
+_FRACTION = Rule(float, 0.001, 1, unit="(fraction)")
+#: Rules for keys whose name says nothing of their unit (exact keys, checked first).
+RULES: dict[str, Rule] = {
+    "cache.zipf_alpha": Rule(float, 0, 10, unit="(Zipf exponent)"),
+    "cache.row_bytes": Rule(int, 1, 2**30, unit="bytes"),
+    "comm.comm_ctas": Rule(int, 0, 10**6, unit="(count; 0 = no SMs reserved for communication)"),
+    "comm.mem_contention": Rule(float, 0, 10, unit="(slowdown fraction)"),
+    "comm.overlap_slowdown": Rule(float, 0, 10, unit="(slowdown fraction)"),
+    "comm.ring_plateau": Rule(float, 0, 100, lo_open=True, unit="(latency factor)"),
+    "loss.ib_timeout": Rule(int, 0, 31, unit="(exponent: RTO = 4.096 us x 2^n)"),
+    "loss.mtu_bytes": Rule(int, 64, 2**20, unit="bytes"),
+    "network.ranks_per_node": _COUNT,
+}
+#: Rules by the end of the field name (the unit), in order; the first match applies (any
+#: ``*efficiency*`` key is a fraction).
+SUFFIX_RULES: tuple[tuple[str, Rule], ...] = (
+    ("_GBps", Rule(float, 0.001, 1e7, unit="GB/s")),
+    ("_us", Rule(float, 0, 1e9, unit="us")),
+    ("_MB", Rule(float, 1e-6, 1e9, unit="MB")),
+    ("_GB", Rule(float, 1e-9, 1e7, unit="GB")),
+    ("_bytes", Rule(int, 1, 2**40, unit="bytes")),
+)
+#: Integer counts (engines, links, SMs, channels...): at least 1.
+COUNT_WORDS = ("engines", "links", "nics", "count", "ctas", "waves", "channels", "collectives")
+#: Anything else numeric: finite and non-negative.
+_NUMBER = Rule(float, 0, 1e15)
+
+
+def rule_for(key: str, example: Value) -> Rule:
+    """The rule for ``key`` (``example``: its value in a bundled spec, for the type)."""
+    if key in RULES:
+        return RULES[key]
+    fname = key.partition(".")[2]
+    if key.startswith("compute.peak_tflops"):
+        return Rule(float, 1e-6, 1e6, unit="TFLOP/s")
+    if isinstance(example, bool):
+        return Rule(bool)
+    if isinstance(example, str):
+        return Rule(str)
+    if "efficiency" in fname:
+        return _FRACTION
+    for suffix, rule in SUFFIX_RULES:
+        if fname.endswith(suffix):
+            return rule
+    if isinstance(example, int) and any(w in fname for w in COUNT_WORDS):
+        return _COUNT
+    return _NUMBER
+
+
+_CONFIDENCE = Literal["published", "derived", "assumed"]
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> tuple[type, dict[str, tuple[Rule, tuple[str, ...]]]]:
+    """(msgspec type of a spec file, key -> (rule, choices)), from the bundled specs' keys."""
+    known: dict[str, tuple[Rule, tuple[str, ...]]] = {}
+    for path in sorted(_bundled_dir().glob("*.toml")):
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        for section, body in doc.items():
+            if not isinstance(body, dict):
+                continue
+            for fname, raw in body.items():
+                key = f"{section}.{fname}"
+                if key in known or not isinstance(raw, dict) or "value" not in raw:
+                    continue
+                choices = tuple(raw.get("choices", ())) or CHOICES.get(key, ())
+                known[key] = (rule_for(key, raw["value"]), choices)
+    sections: dict[str, list[tuple[str, object, None]]] = {}
+    for key, (rule, choices) in known.items():
+        section, fname = key.split(".", 1)
+        entry = msgspec.defstruct(
+            f"Entry_{section}_{fname}",
+            [("value", rule.annotation(choices)),
+             ("source", Annotated[str, msgspec.Meta(min_length=1)]),
+             ("confidence", _CONFIDENCE), ("choices", list[str], [])],
+            forbid_unknown_fields=True)
+        sections.setdefault(section, []).append((fname, entry | None, None))
+    fields: list[Any] = [("name", Annotated[str, msgspec.Meta(min_length=1)]),
+              ("family", Literal["mtia", "gpu"], "gpu"), ("description", str, "")]
+    fields += [(s, msgspec.defstruct(f"Section_{s}", f, forbid_unknown_fields=True) | None, None)
+               for s, f in sections.items()]
+    return msgspec.defstruct("SpecFile", fields, forbid_unknown_fields=True), known
+
+
+_AT = re.compile(r"^(?P<what>.*?) - at `\$(?P<path>[^`]*)`$")
+
+
+def _explain(origin: str, doc: dict[str, object], exc: msgspec.ValidationError) -> str:
+    """One line for a failed typed decode: the key, its value, the allowed range or near keys."""
+    _, known = _schema()
+    m = _AT.match(str(exc))
+    what, path = (m.group("what"), m.group("path")) if m else (str(exc), "")
+    parts = [p for p in path.split(".") if p]
+    unknown = re.match(r"Object contains unknown field `(.+)`", what)
+    if unknown:
+        name = unknown.group(1)
+        if not parts:  # a top-level key
+            options = sorted({k.split(".")[0] for k in known} | {"name", "family", "description"})
+            near = difflib.get_close_matches(name, options, n=1)
+            hint = f"did you mean [{near[0]}]?" if near else f"sections: {', '.join(options)}"
+            return f"{origin}: unknown section {name!r} (at $.{name}); {hint}"
+        if len(parts) == 1:
+            key = f"{parts[0]}.{name}"
+            options = [k for k in known if k.startswith(parts[0] + ".")]
+            near = difflib.get_close_matches(key, options, n=1, cutoff=0.6) or \
+                difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+            hint = (f"did you mean {near[0]}?" if near else
+                    "no key of that name is read by the model")
+            return (f"{origin}: unknown key {key} (at $.{key}); {hint} "
+                    "(`mtia-trace hw show h100` lists the keys)")
+        return f"{origin}: {'.'.join(parts)}: unknown field {name!r}; an entry has value, " \
+               "source, confidence and (for strings) choices"
+    if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in known:
+        key = f"{parts[0]}.{parts[1]}"
+        rule, choices = known[key]
+        body = doc.get(parts[0])
+        raw = body.get(parts[1]) if isinstance(body, dict) else None
+        if len(parts) == 2:
+            missing = re.search(r"missing required field `(\w+)`", what)
+            if missing and missing.group(1) == "source":
+                return f"{origin}: {key} has no source; say where the number comes from"
+            return (f"{origin}: {key} must be {{ value = ..., source = \"...\", confidence = "
+                    f"\"published|derived|assumed\" }} (at $.{key}); value: {rule.describe(choices)}")
+        if parts[2] == "value":
+            got = raw.get("value") if isinstance(raw, dict) else raw
+            return (f"{origin}: {key} = {got!r}: {what.lower()} (at $.{key}.value); "
+                    f"allowed: {rule.describe(choices)}")
+        if parts[2] == "confidence":
+            return f"{origin}: {key}: confidence must be one of {', '.join(CONFIDENCES)}"
+        return f"{origin}: {key}.{parts[2]}: {what.lower()}; say where the number comes from"
+    return f"{origin}: {what} (at ${path}); fix the spec file"
+
+
+def validate_doc(doc: dict[str, object], origin: str) -> None:
+    """Decode a spec file's TOML into the typed schema; raise `HardwareSpecError` on any error."""
+    spec_type, _ = _schema()
+    try:
+        msgspec.convert(doc, spec_type)
+    except msgspec.ValidationError as exc:
+        raise HardwareSpecError(_explain(origin, doc, exc)) from None
+
+
+def validate_value(key: str, value: Value, origin: str) -> None:
+    """Check one (overridden) value against its key's rule."""
+    _, known = _schema()
+    if key not in known:
+        return  # a user spec's own key already failed at load; nothing to check here
+    section, fname = key.split(".", 1)
+    validate_doc({"name": "override", section: {fname: {"value": value, "source": origin,
+                                                       "confidence": "assumed"}}}, origin)

@@ -1,0 +1,109 @@
+"""Timestamp anomalies: events whose recorded times cannot be right, named before any replay.
+
+A single corrupt timestamp (a flipped digit, a zero in a Unix-epoch trace) puts an event in the
+wrong place on its track and can tie the dependency graph into a cycle. These checks run on the
+ingested events table and refuse such a trace in one line naming the event:
+
+* an **outlier**: an event starting or ending more than ``OUTLIER_SPANS`` times the span of its
+  rank's middle 98 % of starts (at least one event trimmed from each end), and at least
+  ``OUTLIER_MIN_US``, away from them;
+* a device event starting more than ``LAUNCH_SLACK_US`` **before the runtime call that launched
+  it** (host and device clocks agree to about a millisecond in Kineto exports).
+
+Fully duplicated complete events (same rank, track, name, start, duration, correlation and External id)
+are kept but reported as a warning: they usually mean a trace was merged or exported twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mtia_trace.errors import TraceFormatError
+
+#: An outlier lies this many spans of its rank's middle starts outside them ...
+OUTLIER_SPANS = 100.0
+#: ... and at least this far (us): one minute, longer than any profiling window's gaps.
+OUTLIER_MIN_US = 60e6
+#: A device event may appear to start this long before its launch: clock conversion jitter is
+#: microseconds on GPUs and up to ~1.2 ms on MTIA exports; an event moved seconds earlier than
+#: its launch ties the graph into a cycle (a sync between the launches waits on it).
+LAUNCH_SLACK_US = 10_000.0
+
+_FIX = "fix or drop the event, or re-export the trace"
+
+
+def _describe(events: pa.Table, i: int) -> str:
+    row = events.slice(i, 1).select(["name", "rank", "src_file", "ts_us", "dur_us"]).to_pylist()[0]
+    return (f"{row['src_file']}: event {str(row['name'])[:60]!r} (rank {row['rank']}, "
+            f"ts {row['ts_us']:.17g} us, dur {row['dur_us']:.6g} us)")
+
+
+def _outliers(rank: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows lying far outside their rank's bulk of starts, and how far (us)."""
+    bad, dist = [], []
+    order = np.argsort(rank, kind="stable")
+    r_sorted = rank[order]
+    bounds = np.flatnonzero(np.diff(r_sorted)) + 1
+    for rows in np.split(order, bounds):
+        if len(rows) < 4:
+            continue
+        t = np.sort(ts[rows])
+        k = max(1, len(t) // 100)  # trim 1 % (at least one event) from each end
+        lo, hi = t[k], t[len(t) - 1 - k]
+        margin = max(OUTLIER_SPANS * (hi - lo), OUTLIER_MIN_US)
+        before = lo - ts[rows]
+        after = end[rows] - hi
+        far = np.maximum(before, after)
+        hit = far > margin
+        bad.append(rows[hit])
+        dist.append(far[hit])
+    if not bad:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    return np.concatenate(bad), np.concatenate(dist)
+
+
+def check(events: pa.Table) -> list[str]:
+    """Raise `TraceFormatError` on corrupt timestamps; return warnings for suspicious ones."""
+    if events.num_rows == 0:
+        return []
+    rank = events.column("rank").to_numpy()
+    ts = events.column("ts_us").to_numpy()
+    end = ts + events.column("dur_us").to_numpy()
+    bad, far = _outliers(rank, ts, end)
+    if len(bad):
+        k = int(np.argmax(far))
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise TraceFormatError(
+            f"{_describe(events, int(bad[k]))}: lies {far[k] / 1e6:.6g} s away from the rank's "
+            f"other events{more}; its timestamp is corrupt, {_FIX}")
+    launch = events.column("launch_id").to_numpy()
+    dev = np.flatnonzero(launch >= 0)
+    if len(dev):
+        early = ts[launch[dev]] - ts[dev]
+        hit = early > LAUNCH_SLACK_US
+        if hit.any():
+            k = int(np.argmax(np.where(hit, early, -np.inf)))
+            n = int(hit.sum())
+            more = f" (and {n - 1} more)" if n > 1 else ""
+            raise TraceFormatError(
+                f"{_describe(events, int(dev[k]))}: starts {early[k]:.6g} us before the runtime "
+                f"call that launches it{more}; its timestamp is corrupt, {_FIX}")
+    return _duplicates(events)
+
+
+def _duplicates(events: pa.Table) -> list[str]:
+    complete = events.filter(pc.equal(events.column("ph"), "X"))  # instants repeat legitimately
+    keys = complete.select(["rank", "track", "name", "ts_us", "dur_us", "correlation",
+                            "external_id"])
+    groups = keys.group_by(keys.column_names, use_threads=False).aggregate([([], "count_all")])
+    dup = groups.filter(pc.greater(groups.column("count_all"), 1))
+    if dup.num_rows == 0:
+        return []
+    extra = int(pc.sum(dup.column("count_all")).as_py()) - dup.num_rows
+    first = dup.slice(0, 1).to_pylist()[0]
+    return [f"{extra} events are exact duplicates of another (same rank, track, name, start, "
+            f"duration and ids; first: {str(first['name'])[:60]!r} on rank {first['rank']} at "
+            f"{first['ts_us']:.17g} us): was the trace merged or exported twice? They are "
+            "replayed as recorded"]
