@@ -150,10 +150,9 @@ def _track_label(track: str) -> str:
     return track
 
 
-def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
-    """Gantt chart of one step (the median one): a row per rank and thread/stream, host ops in
-    greys (nested ones thinner), device work coloured by kind, collectives outlined; drawn as one
-    collection. Returns (PNG, step, which ranks it shows)."""
+def _timeline_events(run: RunData) -> tuple[int, pa.Table, list[int], str] | None:
+    """The median step's timed work events (no annotations or instants) of the ranks a timeline
+    shows (`timeline_ranks`, sized so all their tracks fit): (step, events, ranks, selection)."""
     step = _median_step(run)
     ev = run.events
     if step is None or ev.num_rows == 0:
@@ -165,9 +164,19 @@ def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
     if sub.num_rows == 0:
         return None
     pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
-    tracks_per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
-    ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // tracks_per_rank))
-    sub = sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks)))
+    per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
+    ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // per_rank))
+    return step, sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks))), ranks, selection
+
+
+def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
+    """Gantt chart of one step (the median one): a row per rank and thread/stream, host ops in
+    greys (nested ones thinner), device work coloured by kind, collectives outlined; drawn as one
+    collection. Returns (PNG, step, which ranks it shows)."""
+    picked = _timeline_events(run)
+    if picked is None:
+        return None
+    step, sub, ranks, selection = picked
     if sub.num_rows > MAX_TIMELINE_EVENTS:
         dur = _np(sub, "end_us") - _np(sub, "start_us")
         sub = sub.take(pa.array(np.sort(np.argsort(-dur, kind="stable")[:MAX_TIMELINE_EVENTS])))
@@ -313,20 +322,10 @@ def timeline_data(run: RunData) -> dict | None:
     """The interactive timeline's data for the median step: rows (rank · thread/stream) and per
     event its row, start and duration (µs from the step's first event), kind and name. The same
     rank selection as `step_timeline`; the `MAX_INTERACTIVE_EVENTS` longest events."""
-    step = _median_step(run)
-    ev = run.events
-    if step is None or ev.num_rows == 0:
+    picked = _timeline_events(run)
+    if picked is None:
         return None
-    kind = _np(ev, "kind").astype(str)
-    keep = (_np(ev, "step") == step) & ~np.isin(kind, ["annotation", "instant"]) \
-        & (_np(ev, "ph").astype(str) == "X")
-    sub = ev.filter(pa.array(keep))
-    if sub.num_rows == 0:
-        return None
-    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
-    per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
-    ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // per_rank))
-    sub = sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks)))
+    step, sub, ranks, selection = picked
     t0 = float(_np(sub, "start_us").min())
     span = float(_np(sub, "end_us").max()) - t0
     dur = _np(sub, "end_us") - _np(sub, "start_us")
