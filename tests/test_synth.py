@@ -240,3 +240,10 @@ def test_cli_error_exit_code(tmp_path, capsys):
     assert main(["synth", "--preset", "nope", "-o", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith("mtia-trace: error: --preset 'nope' is unknown")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("zipf", [float("nan"), float("inf"), -0.5])
+def test_zipf_must_be_finite_and_non_negative(tmp_path, zipf):
+    with pytest.raises(UsageError, match="--zipf"):
+        gen(tmp_path, zipf=zipf)
+    assert not (tmp_path / "t").exists()

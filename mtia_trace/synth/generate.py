@@ -65,8 +65,8 @@ def resolve_model(opts: SynthOptions) -> Model:
         raise UsageError(f"--mode {opts.mode!r} is unknown; allowed: {', '.join(MODES)}")
     if opts.sharding is not None and opts.sharding not in SHARDINGS:
         raise UsageError(f"--sharding {opts.sharding!r} is unknown; allowed: {', '.join(SHARDINGS)}")
-    if opts.zipf < 0:
-        raise UsageError(f"--zipf {opts.zipf} must be >= 0 (0 = uniform ids)")
+    if not (np.isfinite(opts.zipf) and opts.zipf >= 0):
+        raise UsageError(f"--zipf {opts.zipf} must be a finite number >= 0 (0 = uniform ids)")
     if not 0 <= opts.compress_level <= 9:
         raise UsageError(f"compress level {opts.compress_level} must be in 0..9")
     if opts.host_overhead is not None and opts.host_overhead not in HOST_OVERHEADS:
