@@ -105,7 +105,8 @@ class _Solver:
         self.M = np.empty(len(self.order))
         self.f = ptr[:-1].copy()
         self.ep = self.ebounds[:-1].copy()
-        self.waiters: list[list[tuple[int, int]]] = [[] for _ in range(ntr)]
+        # per track s: {waiting track t: the earliest point of s whose end t waits for}
+        self.waiters: list[dict[int, int]] = [{} for _ in range(ntr)]
         end = ptr[1:]
         work = np.flatnonzero(ptr[1:] > ptr[:-1]).tolist()
         while True:
@@ -125,14 +126,20 @@ class _Solver:
         if not ws:
             return []
         fs = int(self.f[s])
-        ready = [t for need, t in ws if need < fs]
-        if ready:
-            self.waiters[s] = [(need, t) for need, t in ws if need >= fs]
+        ready = [t for t, need in ws.items() if need < fs]
+        for t in ready:
+            del ws[t]
         return ready
 
     def _first_blocked(self, e0: int, e1: int) -> int:
+        """The first edge in ``[e0, e1)`` whose source is not final yet (``e1`` when none).
+        The first few edges are checked one by one (most scans stop there), then in chunks."""
         spos, strk, f = self.spos, self.strk, self.f
-        step = 64
+        e2 = min(e1, e0 + 8)
+        for e in range(e0, e2):
+            if spos[e] >= f[strk[e]]:
+                return e
+        e0, step = e2, 64
         while e0 < e1:
             e2 = min(e1, e0 + step)
             bad = np.flatnonzero(spos[e0:e2] >= f[strk[e0:e2]])
@@ -162,7 +169,8 @@ class _Solver:
             s, need = int(self.strk[eb]), int(self.spos[eb])
             if need < self.f[s]:
                 continue  # its source is on this track and now final
-            self.waiters[s].append((need, t))
+            ws = self.waiters[s]  # one entry per waiting track: a track blocks on one point
+            ws[t] = min(need, ws.get(t, need))
             return moved
 
     def _finalize(self, t: int, a0: int, k: int, e0: int, eend: int) -> None:

@@ -293,3 +293,41 @@ def test_cycle_through_track_chains():
         schedule(g, np.ones(2), max_passes=50)
     with pytest.raises(AssertionError, match="cycle"):
         schedule(_two_tracks(1.0), np.zeros(2), max_passes=50)
+
+
+def _ping_pong(rounds: int):
+    """Two ranks; each round: a launch, a collective on the device (matched across ranks) and a
+    device synchronize on the host, so the host and device tracks hand over every round."""
+    rows = []
+    for r in (0, 1):
+        for i in range(rounds):
+            t0 = 100.0 * i
+            rows.append(host(r, t0, 5, name="L", kind="runtime", correlation=i + 1))
+            rows.append(dev(r, t0 + 10 + 5 * r, 40, kind="collective", correlation=i + 1,
+                            pg="0", coll_seq=i, coll_op="all_reduce"))
+            rows.append(host(r, t0 + 6, 60, name="cudaDeviceSynchronize", kind="runtime"))
+    return table(rows)
+
+
+def test_worklist_work_per_round_does_not_grow_with_the_trace(monkeypatch):
+    # each track blocks on one point at a time: a waiting track is registered once, so the
+    # number of track advances per round is the same for 8 and 64 rounds (it grew with the
+    # number of rounds when every block appended another waiter entry)
+    from replay.scheduler import _Solver
+
+    calls = {"n": 0}
+    orig = _Solver._advance
+
+    def counted(self, t):
+        calls["n"] += 1
+        return orig(self, t)
+
+    monkeypatch.setattr(_Solver, "_advance", counted)
+    per_round = []
+    for rounds in (8, 64):
+        calls["n"] = 0
+        t = _ping_pong(rounds)
+        g = build_graph(t)
+        schedule(g, t.column("dur_us").to_numpy())
+        per_round.append(calls["n"] / rounds)
+    assert per_round[1] <= 1.25 * per_round[0], per_round
