@@ -68,7 +68,8 @@ class Prepared:
         return float(t.mean()) if len(t) else 0.0
 
     def predict(self, whatifs: list[WhatIf]) -> float:
-        ed = apply_whatifs(self.events, self.graph, self.comps, whatifs)
+        ed = apply_whatifs(self.events, self.graph, self.comps, whatifs, owners=self.owners,
+                           leaf=self.leaf)
         return self.step_mean(ed.graph, ed.comps)
 
     def busy(self, mask: np.ndarray) -> float:

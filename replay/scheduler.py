@@ -174,6 +174,18 @@ class _Solver:
             return moved
 
     def _finalize(self, t: int, a0: int, k: int, e0: int, eend: int) -> None:
+        if k == a0 + 1:  # one point (a collective's track, a lone sync): the same arithmetic
+            xs = self.xb[a0]  # as the vector path below, on scalars
+            for e in range(e0, eend):
+                xs = max(xs, self.T[self.src[e]] + self.lag[e])
+            ms = xs - self.C[a0]
+            if a0 > self.ptr[t]:
+                ms = max(ms, self.M[a0 - 1])
+            self.M[a0] = ms
+            self.T[self.order[a0]] = self.C[a0] + ms
+            self.f[t] = k
+            self.ep[t] = eend
+            return
         x = self.xb[a0:k].copy()
         if eend > e0:
             np.maximum.at(x, self.dpos[e0:eend] - a0, self.T[self.src[e0:eend]] + self.lag[e0:eend])

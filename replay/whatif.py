@@ -355,14 +355,17 @@ def set_durations(events: pa.Table, comps: dict[str, np.ndarray], ids: np.ndarra
 
 
 def apply_whatifs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray],
-                  whatifs: list[WhatIf], *, strict: bool = True) -> Edited:
+                  whatifs: list[WhatIf], *, strict: bool = True,
+                  owners: ChainOwners | None = None, leaf: np.ndarray | None = None) -> Edited:
     """Apply ``whatifs`` in order to costs ``comps`` (per component, per event) and to the host
-    chain gaps of ``g``. ``strict``: a what-if that selects nothing is an error (a typo)."""
+    chain gaps of ``g``. ``strict``: a what-if that selects nothing is an error (a typo).
+    ``owners`` and ``leaf`` (`chain_owners`, `leaf_mask` of ``events`` and ``g``) are computed
+    when not given; callers making many predictions pass them once."""
     comps = {c: np.asarray(v, dtype=np.float64).copy() for c, v in comps.items()}
     if not whatifs:
         return Edited(g, comps, [])
-    own = chain_owners(events, g)
-    leaf = leaf_mask(events, g)
+    own = owners if owners is not None else chain_owners(events, g)
+    leaf = leaf if leaf is not None else leaf_mask(events, g)
     gap = g.gap.astype(np.float64, copy=True)
     mdur = events.column("dur_us").to_numpy()
     notes: list[dict[str, object]] = []
