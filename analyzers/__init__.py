@@ -20,6 +20,7 @@ from analyzers import (
     idle,
     overlap,
     queueing,
+    rank_collectives,
     step_breakdown,
     stragglers,
     top_ops,
@@ -38,7 +39,7 @@ class Analyzer(Protocol):
 ANALYZERS: dict[str, Analyzer] = {
     a.NAME: a  # type: ignore[misc]
     for a in (step_breakdown, top_ops, unoverlapped_comm, overlap, stragglers, queueing, fetch_stalls,
-              critical_path, idle, device_time)
+              critical_path, idle, device_time, rank_collectives)
 }
 
 

@@ -309,6 +309,13 @@ ORDER BY sum(compute_us + fetch_us + collective_us + retry_us + host_us) DESC"""
        round(avg(skew_us), 1) AS avg_skew_us, round(avg(transfer_us), 1) AS avg_transfer_us,
        round(sum(queue_us), 1) AS queue_us, round(sum(retry_us), 1) AS retry_us
 FROM collectives GROUP BY coll_op, pg ORDER BY n DESC"""),
+    ("Per-rank collective time per step",
+     "A rank's own collective time (transfer + post) and its exposed part, mean over ranks and "
+     "steps, from the `rank_collectives` view; the waits come before a collective starts.",
+     """SELECT round(avg(busy_us), 1) AS per_rank_collective_us,
+       round(avg(critical_us), 1) AS exposed_us, round(avg(queue_us), 1) AS queue_us,
+       round(avg(peer_wait_us), 1) AS peer_wait_us
+FROM rank_collectives"""),
     ("Memory-bound ops",
      "Ops whose replayed time includes memory-bound excess (`fetch_us`: HBM, gathers, DMA, "
      "copies) and the bandwidth they achieved; null where the trace recorded no sizes.",
@@ -373,6 +380,15 @@ def render_sql() -> str:
     out.append("### runs\n\nOne row per run: its metadata from `run.json` (hardware, mode, seed, "
                "loss rate, traces, event count, versions). `mtia-trace query RUN \"DESCRIBE runs\"` "
                "lists the columns.\n\n")
+    from mtia_trace.derived_views import DERIVED_VIEWS
+
+    out.append("## Derived views\n\nViews computed from the tables above (`mtia_trace/"
+               "derived_views.py`), in every connection and in `views.sql`.\n\n")
+    for name, (doc, cols, _) in DERIVED_VIEWS.items():
+        out.append(f"### {name}\n\n{doc}\n\n| column | type | unit | meaning |\n|---|---|---|---|\n")
+        for cname, ctype, unit, cdoc in schema.column_docs(cols):
+            out.append(f"| `{cname}` | {ctype} | {unit} | {_md(cdoc)} |\n")
+        out.append("\n")
     out.append("## Cookbook\n\nEach query below is run by `tests/test_docs.py` against a replayed "
                "bundled sample. Save one to a file and run it with `mtia-trace query runs/ -f "
                "q.sql`, or paste it in quotes.\n\n")

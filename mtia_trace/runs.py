@@ -1,7 +1,8 @@
 """SQL over stored runs: an in-memory DuckDB with one view per table, locked to read-only.
 
 Views: ``events``, ``edges``, ``steps``, ``collectives``, ``summary`` (one per Parquet file, with a
-leading ``run`` column naming the run) and ``runs`` (one row of metadata per run). Several runs
+leading ``run`` column naming the run), ``runs`` (one row of metadata per run) and the views
+derived from them (`mtia_trace.derived_views`, e.g. ``rank_collectives``). Several runs
 are stacked in the same views. Queries may only read. DuckDB enforces it: the runs' Parquet files
 are opened by Arrow and registered as datasets, so the engine runs with external access off and
 can open no file at all (no COPY, EXPORT, ATTACH, INSTALL, secret or profile output), with its
@@ -18,10 +19,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from mtia_trace.derived_views import DERIVED_VIEWS
 from mtia_trace.errors import QueryError
 from mtia_trace.storage import TABLES, Run, find_runs, sql_literal, views_sql
 
-VIEWS: tuple[str, ...] = (*TABLES, "runs")
+VIEWS: tuple[str, ...] = (*TABLES, "runs", *DERIVED_VIEWS)
 #: ``EXPLAIN [ANALYZE]`` or ``EXPLAIN (options)`` before the statement it explains (and runs).
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\b|\((?:[^()']|'[^']*')*\))?", re.IGNORECASE)
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mtia_trace import __version__, run_meta, schema
+from mtia_trace.derived_views import derived_views_sql
 from mtia_trace.destinations import (
     RUN_MARKER,
     check_parent,
@@ -288,7 +289,7 @@ def views_sql(runs: Sequence[Run], *, relative: bool = False) -> str:
     names = ", ".join(c for c, _ in _RUN_COLUMNS)
     out.append("CREATE OR REPLACE VIEW runs AS\n  SELECT * FROM (VALUES\n    "
                + ",\n    ".join(rows) + f"\n  ) AS t({names});")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + derived_views_sql()
 
 
 def _views_file(run: Run) -> str:

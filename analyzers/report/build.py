@@ -28,10 +28,12 @@ from analyzers.report.headline import (
     Attribution,
     Finding,
     attribution,
+    collective_sentence,
     device_share,
     findings,
     host_bound,
     host_split,
+    per_rank_collectives,
 )
 from analyzers.report.run_data import RunData
 from mtia_trace.run_meta import RunMeta
@@ -249,9 +251,9 @@ def build_report(run: RunData, *, with_figures: bool = True,
             f"**Host-bound: the hardware does not change this step.** The critical path spends "
             f"only {fmt.pct(device_share(a))} of the step in device work and communication; "
             "any target gives about the same step time until the host side gets faster."))
-    dev = _device_sentence(run, a)
-    if dev:
-        blocks.append(Paragraph(dev))
+    for text in (_device_sentence(run, a), collective_sentence(run, a)):
+        if text:
+            blocks.append(Paragraph(text))
     found = findings(run, a)
     if found:
         blocks += [Heading(3, "Top bottlenecks (shares of the step)"),
@@ -336,6 +338,7 @@ def report_dict(run: RunData) -> dict:
         "host_bound": host_bound(a),
         "device_share_of_critical_path": device_share(a) if a.step_us > 0 else None,
         "host_split_us_per_rank_step": {"ops": hs.ops_us, "untracked": hs.untracked_us},
+        "rank_collectives_us_per_rank_step": per_rank_collectives(run),
         "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
                          "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],
         "per_rank": [{"rank": r["rank"], "step_us": r["total_us_mean"],

@@ -14,7 +14,7 @@ import numpy as np
 
 from analyzers.report import fmt
 from analyzers.report.document import Block, Heading, Items, Paragraph, Table
-from analyzers.report.headline import Attribution, attribution, findings
+from analyzers.report.headline import Attribution, attribution, findings, per_rank_collectives
 from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import RunData
@@ -79,6 +79,7 @@ class Comparison:
     threshold: float
     gate: Delta
     components: list[Delta]  # step time and each component, largest |delta| first
+    rank_collectives: list[Delta]  # per-rank collective time and its parts, µs per rank-step
     collectives: list[Delta]  # transfer µs per step of each collective op, largest first
     top_ops: list[Delta]     # critical µs per rank-step of the ops that changed most
     warnings: list[str]      # what makes the two runs not like for like
@@ -107,6 +108,25 @@ def _collective_us(run: RunData) -> dict[str, float]:
     us = np.asarray(g.column("transfer_us_sum").to_numpy()) / n
     return {str(op): float(v) for op, v in zip(g.column("coll_op").to_pylist(), us.tolist(),
                                                 strict=True)}
+
+
+#: The per-rank collective rows of a comparison: (name, rank_collectives column), headline first.
+RANK_COLLECTIVE_ROWS: tuple[tuple[str, str], ...] = (
+    ("per-rank collective time (transfer + post)", "busy_us"),
+    ("exposed collective time (critical path)", "critical_us"),
+    ("queued for engines / links", "queue_us"),
+    ("waited for peers", "peer_wait_us"),
+)
+
+
+def _rank_collectives(base: RunData, new: RunData) -> list[Delta]:
+    """Per-rank collective time and its exposed part in both runs, µs per rank-step; empty when
+    neither run has collectives."""
+    a, b = per_rank_collectives(base), per_rank_collectives(new)
+    if a is None and b is None:
+        return []
+    return [Delta(name, (a or {}).get(col, 0.0), (b or {}).get(col, 0.0))
+            for name, col in RANK_COLLECTIVE_ROWS]
 
 
 def _critical_ops(run: RunData) -> dict[str, float]:
@@ -167,7 +187,7 @@ def compare_runs(base: RunData, new: RunData, *, metric: str = "step_time",
     ops = [d for d in ops if not fmt.is_noise_us(d.delta)][:MAX_TOP_OPS]
     gate = next(d for d in comps if d.name == metric)
     return Comparison(base, new, metric, threshold, gate, _by_size(comps),
-                      _deltas(_collective_us(base), _collective_us(new)), ops,
+                      _rank_collectives(base, new), _deltas(_collective_us(base), _collective_us(new)), ops,
                       like_for_like(base, new))
 
 
@@ -204,6 +224,16 @@ def compare_blocks(c: Comparison) -> list[Block]:
         Table(["component", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
               [_delta_row(d, step_a) for d in c.components], ["l", "r", "r", "r", "r", "r"]),
     ]
+    if c.rank_collectives:
+        blocks += [Heading(3, "Per-rank collective time (µs per rank-step)"),
+                   Table(["", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
+                         [_delta_row(d, step_a) for d in c.rank_collectives],
+                         ["l", "r", "r", "r", "r", "r"],
+                         legend="per-rank collective time: the time a rank spends in its own "
+                                "collectives (transfer + retransmission + post), mean over "
+                                "ranks and steps; exposed: the part on the critical path; the "
+                                "waits come before a collective starts and are not in it "
+                                "(rank_collectives view)")]
     if c.collectives:
         blocks += [Heading(3, "Collectives per op (transfer µs per step)"),
                    Table(["op", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
@@ -236,7 +266,8 @@ def render_compare_markdown(c: Comparison) -> str:
     text = render_markdown(compare_blocks(c))
     if len(text.encode()) > MARKDOWN_LIMIT:  # only reachable with absurd op names
         text = render_markdown(compare_blocks(Comparison(c.base, c.new, c.metric, c.threshold,
-                                                         c.gate, c.components, [], [],
+                                                         c.gate, c.components,
+                                                         c.rank_collectives, [], [],
                                                          c.warnings)))
     return text
 
@@ -261,6 +292,9 @@ def compare_dict(c: Comparison) -> dict:
         "gate": row(c.gate),
         "components": [row(d) for d in c.components],
         "warnings": c.warnings,
+        "rank_collectives": [{**row(d), "column": col}
+                             for d, (_, col) in zip(c.rank_collectives, RANK_COLLECTIVE_ROWS,
+                                                    strict=False)],
         "collectives": [row(d) for d in c.collectives],
         "top_ops": [row(d) for d in c.top_ops],
         "bottlenecks": {"baseline": [f.text for f in findings(c.base)[:3]],

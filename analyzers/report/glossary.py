@@ -12,6 +12,8 @@ GLOSSARY: dict[str, str] = {
     "unoverlapped_us": "communication time with no compute running on the same rank",
     "unoverlapped_pct": "unoverlapped_us as a share of busy_us",
     "transfer_us": "time moving a collective's data (the collective cost component)",
+    "post_us": "host-side time posting a collective (launch, doorbell, proxy)",
+    "step_us": "the rank's replayed step wall time (mean over its steps)",
     "peer_wait_us": "time a ready rank waited for the last peer to arrive at a collective",
     "queue_us": "time a ready event waited for a busy resource (message engines, links)",
     "retry_us": "retransmission time after packet loss",

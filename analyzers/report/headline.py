@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyzers import rank_collectives
 from analyzers.report import fmt
 from analyzers.report.run_data import RunData
 from mtia_trace.schema import ATTRIBUTION
@@ -274,6 +275,35 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
     if s is not None:
         out.append(s)
     return sorted(out, key=lambda f: (-f.us_per_step, f.key))
+
+
+def per_rank_collectives(run: RunData) -> dict[str, float] | None:
+    """Per-rank collective time and its parts, µs per rank-step (the rank_collectives analyzer's
+    means), or None when the run's analyses lack it or it has no collective."""
+    m = rank_collectives.means(run.analyses.get(rank_collectives.NAME))
+    return m if m is not None and m["busy_us"] > 0 else None
+
+
+def collective_sentence(run: RunData, a: Attribution) -> str | None:
+    """The per-rank collective headline: a rank's own collective time with its exposed part."""
+    m = per_rank_collectives(run)
+    if m is None:
+        return None
+    waits = []
+    if not fmt.is_noise_us(m["queue_us"]):
+        waits.append(f"queued {fmt.duration(m['queue_us'])} for busy engines / links")
+    if not fmt.is_noise_us(m["peer_wait_us"]):
+        waits.append(f"waited {fmt.duration(m['peer_wait_us'])} for peers")
+    def share(us_: float) -> str:
+        return fmt.pct(us_ / a.step_us) if a.step_us > 0 else "–"
+
+    text = (f"Per-rank collective time **{fmt.duration(m['busy_us'])}** per rank-step (a rank's "
+            f"own transfer + post, {share(m['busy_us'])} of the step), of which "
+            f"**{fmt.duration(m['critical_us'])}** exposed on the critical path "
+            f"({share(m['critical_us'])} of the step)")
+    if waits:
+        text += "; before starting, its collectives " + " and ".join(waits)
+    return text + "."
 
 
 def top_bottlenecks(run: RunData, n: int = 3) -> list[Finding]:
