@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 SCHEMA_VERSION = "1.1"
@@ -68,6 +69,9 @@ def _schema(columns: tuple[Column, ...], table: str) -> pa.Schema:
 
 
 I64, I32, F64, STR, BOOL = pa.int64(), pa.int32(), pa.float64(), pa.string(), pa.bool_()
+#: strings with few distinct values that can be long (a process group's rank list is as long as
+#: the group): stored once each, referenced per row by an int32 code
+DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 #: One row per complete ("X") or instant ("i") trace event, all ranks together.
 EVENT_COLUMNS: tuple[Column, ...] = (
@@ -100,7 +104,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
     Column("coll_bytes_out", F64, "B", "bytes this rank receives from the collective", 0.0),
     Column("group_size", I32, "", "ranks in the collective's process group, 0 if unknown", 0),
     Column("pg", STR, "", "process group name, null if unknown"),
-    Column("pg_ranks", STR, "", "process group ranks as recorded (e.g. '[0, 1, 2, 3]'), null if unknown"),
+    Column("pg_ranks", DICT_STR, "", "process group ranks as recorded (e.g. '[0, 1, 2, 3]'), null if unknown; dictionary-encoded (each distinct list stored once)"),
     Column("coll_seq", I64, "", "collective sequence number within its process group, -1 if unknown", -1),
     Column("src_file", STR, "", "trace file the event came from (path as given)"),
 )
@@ -212,7 +216,8 @@ def from_columns(columns: dict[str, object], schema: pa.Schema = EVENTS_SCHEMA,
     for field in schema:
         if field.name in columns:
             v = columns.pop(field.name) if consume else columns[field.name]
-            arrays.append(pa.array(v, type=field.type))
+            arrays.append(_dictionary(v, field.type) if pa.types.is_dictionary(field.type)
+                          else pa.array(v, type=field.type))
             del v
             continue
         spec = specs.get(field.name)
@@ -221,6 +226,17 @@ def from_columns(columns: dict[str, object], schema: pa.Schema = EVENTS_SCHEMA,
         else:
             arrays.append(pa.nulls(n, type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _dictionary(values: object, type_: pa.DictionaryType) -> pa.Array:
+    """A dictionary array of ``values`` (a sequence with None for null): distinct values are
+    found by hashing the Python objects (a string's hash is cached on the object, so rows that
+    share one string object cost one hash), never by copying every row's text."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values.cast(type_) if values.type != type_ else values  # type: ignore[return-value]
+    codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+    idx = pa.array(codes.astype(np.int32), mask=codes < 0, type=type_.index_type)
+    return pa.DictionaryArray.from_arrays(idx, pa.array(uniq, type=type_.value_type))
 
 
 def validate_events(table: pa.Table) -> None:

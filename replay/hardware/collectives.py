@@ -146,14 +146,18 @@ def placement(pg_ranks: pa.ChunkedArray | pa.Array, rank: np.ndarray,
     the group spans. Unique lists are parsed once.
     """
     arr = pg_ranks if isinstance(pg_ranks, pa.ChunkedArray) else pa.chunked_array([pg_ranks])
-    enc = pc.dictionary_encode(pc.fill_null(arr.cast(pa.string()), "").combine_chunks())
-    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    if not pa.types.is_dictionary(arr.type):  # the events table stores them encoded already
+        arr = pa.chunked_array([pc.dictionary_encode(arr.cast(pa.string()).combine_chunks())])
+    enc = arr.combine_chunks()
+    idx = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     p, L, N = (np.zeros(len(rank)) for _ in range(3))
     own = rank // ranks_per_node
+    o = np.argsort(idx, kind="stable")  # rows grouped by list: one pass, however many lists
+    cut = np.searchsorted(idx[o], np.arange(len(enc.dictionary) + 1))
     for d, text in enumerate(enc.dictionary.to_pylist()):
         ranks = parse_ranks(text)
-        m = idx == d
-        if ranks is None or not m.any():
+        m = o[cut[d]:cut[d + 1]]
+        if ranks is None or not len(m):
             continue
         nodes = np.array(sorted(set(ranks)), dtype=np.int64) // ranks_per_node
         uniq, counts = np.unique(nodes, return_counts=True)
