@@ -123,12 +123,20 @@ class Interference:
         comm = self.comm & (end > ready)
         if not comm.any() or not self.victim.any():
             return c_out, f_out
-        for r in np.unique(self.rank[comm]).tolist():  # ranks
-            on = self.rank == r
-            cj = np.flatnonzero(comm & on)
-            vi = np.flatnonzero(self.victim & on & (end > start))
+        # per rank: its communication and victim events, grouped by one sort (no mask per rank)
+        cj_all = np.flatnonzero(comm)
+        vi_all = np.flatnonzero(self.victim & (end > start))
+        cj_all = cj_all[np.argsort(self.rank[cj_all], kind="stable")]
+        vi_all = vi_all[np.argsort(self.rank[vi_all], kind="stable")]
+        c_rank, v_rank = self.rank[cj_all], self.rank[vi_all]
+        ranks = np.unique(c_rank)
+        c_cut = np.searchsorted(c_rank, ranks), np.searchsorted(c_rank, ranks, side="right")
+        v_cut = np.searchsorted(v_rank, ranks), np.searchsorted(v_rank, ranks, side="right")
+        for i in range(len(ranks)):  # ranks
+            vi = vi_all[v_cut[0][i]:v_cut[1][i]]
             if not len(vi):
                 continue
+            cj = cj_all[c_cut[0][i]:c_cut[1][i]]
             dc, df = self._rank(cj, vi, compute, fetch, ready, start, end)
             c_out[vi] += dc
             f_out[vi] += df
