@@ -306,8 +306,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     solver = _Solver(g, w, pos)
     use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
     T, passes = solver.run(solver.base_pos, npts, max_passes)
-    e_src, e_dpos, e_lag, eo = solver.src, solver.dpos, solver.lag, solver.eo
-    sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order, None)
+    sched = _bindings(g, solver, T, w, pos, None)
     if not use_res:
         sched.passes = passes
         return sched
@@ -322,14 +321,12 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
             passes += p
             # times moved, so ready times did; otherwise commit's inputs (T and the ready
             # times, which do not depend on res_x) are unchanged and the pass is not redone
-            sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo,
-                              order, res_x)
+            sched = _bindings(g, solver, T, w, pos, res_x)
             current = True
         if pools.done():
             break
     if not current:
-        sched = _bindings(g, T, solver.C + solver.M, w, pos, e_src, e_dpos, e_lag, eo, order,
-                          res_x)
+        sched = _bindings(g, solver, T, w, pos, res_x)
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
@@ -469,10 +466,12 @@ class _Pools:
                 heapq.heappush(h, float(end[m]))
 
 
-def _bindings(g: Graph, T: np.ndarray, Tpos: np.ndarray, w: np.ndarray, pos: np.ndarray,
-              e_src: np.ndarray, e_dpos: np.ndarray, e_lag: np.ndarray, eo: np.ndarray,
-              order: np.ndarray, res_x: np.ndarray | None) -> Schedule:
-    """What bound each point; worked per position (``Tpos = T[order]``), scattered at the end."""
+def _bindings(g: Graph, solver: _Solver, T: np.ndarray, w: np.ndarray, pos: np.ndarray,
+              res_x: np.ndarray | None) -> Schedule:
+    """What bound each point, from the solver's edge arrays (sorted by destination position) and
+    its carried times; worked per position (``Tpos = T[order]``), scattered at the end."""
+    e_src, e_dpos, e_lag, eo, order = solver.src, solver.dpos, solver.lag, solver.eo, g.order
+    Tpos = solver.C + solver.M
     npts, L = len(T), len(order)
     starts = g.track_ptr[:-1][g.track_ptr[:-1] < L]
     chain = np.empty(L)
