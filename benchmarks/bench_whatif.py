@@ -142,6 +142,9 @@ def main() -> None:
           f"attribution groups); {t_diff / t_ref:.1f}x the reference; matched "
           f"{r.matched_fraction:.1%}, predicted {r.predicted_step_us:,.0f} us vs measured NEW "
           f"{r.new_step_us:,.0f} us ({r.error:+.2%})")
+    if a.shape == "cpu":
+        print("note: NEW is BASE's own replay with one change, so diff's prediction matches it by "
+              "construction; accuracy is checked on real pairs (benchmarks/check_pairs.py)")
 
 
 if __name__ == "__main__":
