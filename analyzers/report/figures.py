@@ -13,6 +13,7 @@ import pyarrow as pa  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from analyzers.report.headline import attribution, late_ranks  # noqa: E402
 from analyzers.report.run_data import RunData  # noqa: E402
 from mtia_trace.schema import ATTRIBUTION  # noqa: E402
 
@@ -121,17 +122,14 @@ def time_unit(span_us: float) -> tuple[str, float]:
 
 def timeline_ranks(run: RunData, limit: int) -> tuple[list[int], str]:
     """Ranks the timeline draws (all when they fit their track budget) and how they were chosen:
-    the late ranks of collectives and the slowest rank first, then the rest in order."""
+    the late ranks the headline names (`headline.late_ranks`, most often late first) and the
+    slowest rank, then the rest in order."""
     steps = run.steps
     ranks = sorted(set(_np(steps, "rank").tolist())) if steps.num_rows else []
     if len(ranks) <= limit:
         return ranks, "every rank"
-    first: list[int] = []
-    if run.collectives.num_rows:
-        late = _np(run.collectives, "late_rank")
-        skew = _np(run.collectives, "skew_us")
-        order = np.argsort(-skew, kind="stable")
-        first += [int(r) for r in late[order] if r >= 0]
+    # the ranks the headline names as late, in its order (most often late first)
+    first: list[int] = [r for r, _ in late_ranks(run, attribution(run))]
     g = steps.group_by("rank").aggregate([("total_us", "mean")]).sort_by(
         [("total_us_mean", "descending"), ("rank", "ascending")])
     first += [int(x) for x in _np(g, "rank")[:1]]

@@ -1,6 +1,6 @@
 """Compute slowed by concurrent communication, per kernel, on a schedule.
 
-Two mechanisms (HARDWARE.md 2.3), applied only where a device compute event of a rank overlaps
+Two mechanisms (docs/concepts.md §3, "Compute beside communication"), applied only where a device compute event of a rank overlaps
 that rank's communication device events in the schedule:
 
 - **SMs taken by collective CTAs** (``on_compute`` paths): a collective kernel holds

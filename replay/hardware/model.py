@@ -16,7 +16,7 @@ Which events are priced:
   ``scaled`` included: a measured collective is never carried over or scaled, so replaying a
   trace on the hardware it was measured on keeps its compute but re-costs its communication
   with the target's algorithms (e.g. hierarchical AllReduce, (p-1) alpha for a direct
-  all-to-all, HARDWARE.md 2.4), posts and link pool; the step time then differs from an
+  all-to-all; docs/hardware.md "The collective model"), posts and link pool; the step time then differs from an
   as-measured replay by however much those differ from what was measured. NIC posts are host
   time; with a loss rate, retransmissions are retry time (`retries`). Each priced collective
   holds one unit of its rank's pool; the scheduler records the wait as queueing. Link sharing

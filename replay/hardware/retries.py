@@ -3,7 +3,7 @@
 Per collective event, the packets that crossed a NIC are ``ceil(nic_bytes / mtu)``; the last
 packet of each message is a *tail* packet. With loss rate q, the lost non-tail packets and the
 lost tail packets are Poisson(q x count), drawn by inverse CDF from two uniforms per event (so a
-lower loss rate with the same seed never loses more packets). Costs per loss (HARDWARE.md 2.5):
+lower loss rate with the same seed never loses more packets). Costs per loss (docs/concepts.md §5, "Retry"):
 
 - mid-stream loss: the next packet reveals the gap (the receiver NAKs it), one RTT after the
   lost packet left. Under go-back-N (RoCE/IB RC NICs) the sender then resends everything after
