@@ -11,31 +11,65 @@ configuration locked. A statement filter (SELECT, and EXPLAIN of a SELECT) is th
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from mtia_trace.derived_views import DERIVED_VIEWS
-from mtia_trace.errors import QueryError
-from mtia_trace.storage import TABLES, Run, find_runs, sql_literal, views_sql
+from mtia_trace.errors import QueryError, RunNotFoundError
+from mtia_trace.storage import TABLES, Run, find_runs, sql_literal, unreadable, views_sql
 
 VIEWS: tuple[str, ...] = (*TABLES, "runs", *DERIVED_VIEWS)
 #: ``EXPLAIN [ANALYZE]`` or ``EXPLAIN (options)`` before the statement it explains (and runs).
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\b|\((?:[^()']|'[^']*')*\))?", re.IGNORECASE)
 
-def _dataset_name(table: str, i: int) -> str:
-    return f"_{table}_{i}"
+#: Registered dataset name -> (run directory, table): a failed read names the run and file.
+_DATASETS: dict[str, tuple[Path, str]] = {}
+_serial = itertools.count()
+#: How DuckDB reports a failed read of a registered Arrow dataset.
+_READ_FAILED = re.compile(r"registered as '(_ds\d+)' failed: (?:\w+Error: )?(.*)")
 
 
-def _engine_views_sql(runs: Sequence[Run]) -> str:
+def _register(con: duckdb.DuckDBPyConnection, run: Run, table: str) -> str:
+    name = f"_ds{next(_serial)}"
+    con.register(name, run.dataset(table))
+    _DATASETS[name] = (run.path, table)
+    return name
+
+
+def read_error(exc: BaseException) -> RunNotFoundError | None:
+    """The run error for a DuckDB error raised by a failed read of a run's file, else None."""
+    found = _READ_FAILED.search(str(exc))
+    if not isinstance(exc, duckdb.Error) or not found or found.group(1) not in _DATASETS:
+        return None
+    path, table = _DATASETS[found.group(1)]
+    why = found.group(2).strip().splitlines()[0][:200]
+    return unreadable(path, f"{table}: {why}")
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Turn a failed read of a run's Parquet (corrupt page, CRC mismatch) inside a DuckDB
+    statement into the run's one-line `RunNotFoundError`; other errors pass unchanged."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        err = read_error(exc)
+        if err is None:
+            raise
+        raise err from None
+
+
+def _engine_views_sql(runs: Sequence[Run], names: dict[tuple[str, int], str]) -> str:
     """The views over registered Arrow datasets (the engine itself opens no file)."""
     out = []
     for table in TABLES:
-        parts = [f"SELECT {sql_literal(run.name)} AS run, * FROM {_dataset_name(table, i)}"
+        parts = [f"SELECT {sql_literal(run.name)} AS run, * FROM {names[table, i]}"
                  for i, run in enumerate(runs)]
         out.append(f"CREATE OR REPLACE VIEW {table} AS\n  "
                    + "\n  UNION ALL BY NAME\n  ".join(parts) + ";")
@@ -58,11 +92,9 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.D
         resolved = find_runs([r.path if isinstance(r, Run) else r for r in runs])
     con = duckdb.connect(":memory:", config={
         "autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    for i, run in enumerate(resolved):
-        for table in TABLES:
-            files = [str(f) for f in run.table_files(table)]
-            con.register(_dataset_name(table, i), ds.dataset(files, format="parquet"))
-    con.execute(_engine_views_sql(resolved))
+    names = {(table, i): _register(con, run, table)
+             for i, run in enumerate(resolved) for table in TABLES}
+    con.execute(_engine_views_sql(resolved, names))
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
@@ -106,7 +138,7 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "query") ->
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(f"{source}: {_one_line(exc)}; {hint}") from None
+        raise read_error(exc) or QueryError(f"{source}: {_one_line(exc)}; {hint}") from None
     if not statements:
         raise QueryError(f"{source}: no SQL statement given; pass e.g. \"SELECT * FROM steps\"")
     for st in statements:
@@ -120,4 +152,4 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "query") ->
             con.execute(st.query)
         return to_arrow(con.sql(statements[-1].query))
     except duckdb.Error as exc:
-        raise QueryError(f"{source}: {_one_line(exc)}; {hint}") from None
+        raise read_error(exc) or QueryError(f"{source}: {_one_line(exc)}; {hint}") from None

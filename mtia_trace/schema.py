@@ -2,7 +2,8 @@
 
 Every column has a pyarrow type, a unit and a one-line description. Times are microseconds
 (float64) on the trace's own clock; sizes are bytes. ``SCHEMA_VERSION`` is written into the
-metadata of every Parquet file; a reader refuses a newer major version.
+metadata of every Parquet file; a reader refuses a newer major version and any older version
+(a minor version adds columns the readers use).
 
 Invariants of the events table (checked by `validate_events`):
 - ``event_id`` equals the row position (0..N-1), so arrays index events directly;

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from mtia_trace import __version__, run_meta, schema
@@ -50,6 +51,11 @@ VIEWS_FILE = "views.sql"
 #: Rows per Parquet row group: small enough that a point query decodes little, large enough
 #: that a full scan stays fast and the per-group overhead small.
 ROW_GROUP_ROWS = 64 * 1024
+#: Parquet files are written with a CRC per page and read verifying it, so a flipped byte inside
+#: a data page is an unreadable run, not a silently different number (runs written before the
+#: CRCs were added have none to check).
+PARQUET_FORMAT = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
 
 
 @dataclass(frozen=True)
@@ -70,11 +76,21 @@ class Run:
         return table_files(self.table_path(table))
 
     def read(self, table: str) -> pa.Table:
-        files = self.table_files(table)
-        if len(files) == 1:
-            return pq.read_table(files[0])
-        return pa.concat_tables([pq.read_table(f) for f in files]).replace_schema_metadata(
-            TABLES[table].metadata)
+        """The whole table; a file that fails to decode raises `RunNotFoundError` (one line)."""
+        parts = []
+        for f in self.table_files(table):
+            try:
+                parts.append(pq.read_table(f, page_checksum_verification=True))
+            except (OSError, pa.ArrowException) as exc:
+                raise unreadable(self.path, f"{f.relative_to(self.path)}: {_first_line(exc)}"
+                                 ) from None
+        if len(parts) == 1:
+            return parts[0]
+        return pa.concat_tables(parts).replace_schema_metadata(TABLES[table].metadata)
+
+    def dataset(self, table: str) -> ds.Dataset:
+        """The table as a lazily read Arrow dataset (pages checked as they are decoded)."""
+        return ds.dataset([str(f) for f in self.table_files(table)], format=PARQUET_FORMAT)
 
 
 def table_files(path: Path) -> list[Path]:
@@ -120,6 +136,7 @@ def write_table(name: str, table: pa.Table, path: Path) -> None:
         row_group_size=ROW_GROUP_ROWS,
         write_statistics=True,
         write_page_index=True,
+        write_page_checksum=True,
     )
 
 
@@ -298,14 +315,39 @@ def _views_file(run: Run) -> str:
     return header + views_sql([run], relative=True)
 
 
-def _major(version: str) -> int:
-    try:
-        return int(str(version).split(".")[0])
-    except ValueError:
-        return 10**9
+def _version(text: object) -> tuple[int, int] | None:
+    """``"MAJOR.MINOR"`` as a pair of ints, or None when it is not a version."""
+    major, _, minor = str(text).partition(".")
+    if not (major.isdigit() and (minor or "0").isdigit()) or len(str(text)) > 20:
+        return None
+    return int(major), int(minor or "0")
 
 
-def _unreadable(path: Path, why: str) -> RunNotFoundError:
+def _check_version(path: Path, where: str, version: object) -> None:
+    """Refuse a run (or one of its files) written by another schema than this reader's.
+
+    A newer major may change any column: upgrade mtia-trace. An older version lacks columns,
+    or names them differently, than the readers use (a minor version adds columns): re-run.
+    """
+    ours = _version(schema.SCHEMA_VERSION)
+    got = _version(version)
+    assert ours is not None
+    if got is None:
+        raise unreadable(path, f"{where}: schema_version {str(version)[:40]!r} is not a "
+                               "MAJOR.MINOR version")
+    if got[0] > ours[0]:
+        raise SchemaVersionError(
+            f"{path}: {where} written with schema {version}, newer than this mtia-trace "
+            f"({__version__}, schema {schema.SCHEMA_VERSION}); upgrade mtia-trace to read it")
+    if got < ours:
+        raise SchemaVersionError(
+            f"{path}: {where} was written by schema {version}, this mtia-trace ({__version__}) "
+            f"reads schema {schema.SCHEMA_VERSION}; re-run `mtia-trace replay --force` to "
+            "rewrite the run")
+
+
+def unreadable(path: Path, why: str) -> RunNotFoundError:
+    """The one error for a run whose files cannot be read (``why``: which file, what failed)."""
     return RunNotFoundError(f"{path}: not a readable mtia-trace run ({why}); re-run "
                             "`mtia-trace replay --force` to rewrite it")
 
@@ -313,19 +355,25 @@ def _unreadable(path: Path, why: str) -> RunNotFoundError:
 def _check_table(path: Path, table: str, files: list[Path]) -> None:
     """Each file of ``table`` opens as Parquet (footer, schema) and has the canonical columns."""
     if not files:
-        raise _unreadable(path, f"{table}/ holds no Parquet partitions")
+        raise unreadable(path, f"{table}/ holds no Parquet partitions")
     need = TABLES[table].names
     for f in files:
         rel = f.relative_to(path)
         try:
             if not f.is_file():
                 raise OSError(f"{rel} is not a regular file")
-            names = pq.ParquetFile(f).schema_arrow.names
+            arrow = pq.ParquetFile(f).schema_arrow
         except (OSError, pa.ArrowException) as exc:
-            raise _unreadable(path, f"{rel}: {_first_line(exc)}") from None
+            raise unreadable(path, f"{rel}: {_first_line(exc)}") from None
+        names, tags = arrow.names, arrow.metadata or {}
+        version = tags.get(b"mtia_trace.schema_version")
+        if version is None:
+            raise unreadable(path, f"{rel} has no mtia-trace schema version (not written by "
+                                   "mtia-trace)")
+        _check_version(path, str(rel), version.decode(errors="replace"))
         lacking = [c for c in need if c not in names]
         if lacking:
-            raise _unreadable(path, f"{rel} lacks columns {', '.join(lacking[:4])}")
+            raise unreadable(path, f"{rel} lacks columns {', '.join(lacking[:4])}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -334,7 +382,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def open_run(path: str | Path) -> Run:
-    """Read a run directory's metadata; refuse non-runs, unreadable runs and newer schemas.
+    """Read a run directory's metadata; refuse non-runs, unreadable runs and other schemas.
 
     Every table file's Parquet footer and columns are checked, so a truncated, emptied or
     foreign file fails here in one line instead of deep inside a query.
@@ -348,16 +396,12 @@ def open_run(path: str | Path) -> Run:
     try:
         meta = run_meta.decode(meta_path.read_bytes())
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise _unreadable(path, f"{META_FILE}: {exc}") from None
+        raise unreadable(path, f"{META_FILE}: {exc}") from None
     except OSError as exc:
-        raise _unreadable(path, f"{META_FILE}: {exc.strerror or exc}") from None
+        raise unreadable(path, f"{META_FILE}: {exc.strerror or exc}") from None
     except RecursionError:
-        raise _unreadable(path, f"{META_FILE}: nested too deeply") from None
-    version = meta.schema_version
-    if _major(version) > _major(schema.SCHEMA_VERSION):
-        raise SchemaVersionError(
-            f"{path}: written with schema {version}, newer than this mtia-trace "
-            f"({__version__}, schema {schema.SCHEMA_VERSION}); upgrade mtia-trace to read it")
+        raise unreadable(path, f"{META_FILE}: nested too deeply") from None
+    _check_version(path, META_FILE, meta.schema_version)
     absent = [f"{t}.parquet" for t in TABLES
               if not (path / f"{t}.parquet").exists() and not (path / t).is_dir()]
     if absent:

@@ -105,6 +105,27 @@ def mutate(doc: dict, rng: random.Random, n: int = 1) -> tuple[dict, str]:
     return doc, "; ".join(done)
 
 
+def page_spans(path: Path) -> list[tuple[int, int]]:
+    """(offset, length) of every column chunk's pages in a Parquet file (row group by row group)."""
+    import pyarrow.parquet as pq
+
+    md = pq.ParquetFile(path).metadata
+    spans = []
+    for g in range(md.num_row_groups):
+        for j in range(md.num_columns):
+            c = md.row_group(g).column(j)
+            start = c.dictionary_page_offset if c.has_dictionary_page and \
+                c.dictionary_page_offset else c.data_page_offset
+            spans.append((start, c.total_compressed_size))
+    return spans
+
+
+def flip_byte(path: Path, pos: int, bit: int = 0) -> None:
+    b = bytearray(path.read_bytes())
+    b[pos] ^= 1 << bit
+    path.write_bytes(bytes(b))
+
+
 def tree(root: Path) -> dict[str, str]:
     """Every file and directory under ``root`` with a hash of each file (for "unchanged")."""
     if not root.exists():
@@ -448,8 +469,9 @@ def corrupt_run(ws: Workspace, rng: random.Random) -> Case:
     files = sorted(p for p in run.iterdir() if p.suffix in (".parquet", ".json"))
     f = rng.choice(files)
     kind = rng.choice(["truncate", "garbage", "empty", "delete", "dir", "json_junk",
-                       "json_list", "swap", "flip"])
+                       "json_list", "swap", "flip", "page", "page", "old_schema"])
     expect = "error"
+    check = None
     data = f.read_bytes()
     if kind == "truncate":
         f.write_bytes(data[:rng.randrange(0, len(data))])
@@ -466,6 +488,11 @@ def corrupt_run(ws: Workspace, rng: random.Random) -> Case:
         f = run / "run.json"
         f.write_text(rng.choice(["{", "", "\u0000", "[1,2", '{"schema_version": '
                                  '"99.0"}']))
+    elif kind == "old_schema":
+        f = run / "run.json"
+        meta = json.loads(f.read_text())
+        meta["schema_version"] = rng.choice(["1.0", "0.9", "0", "1"])
+        f.write_text(json.dumps(meta))
     elif kind == "json_list":
         f = run / "run.json"
         f.write_text(rng.choice(["[]", "1", '"x"', "null"]))
@@ -477,20 +504,43 @@ def corrupt_run(ws: Workspace, rng: random.Random) -> Case:
             other.write_bytes(a)
         else:
             f.write_bytes(b"")
-    else:
-        expect = "clean"  # a flipped byte inside a page may go unnoticed (no checksums)
+    elif kind == "flip":
+        expect = "clean"  # anywhere in the file: a byte of unused statistics may change nothing
         b = bytearray(data)
         if b:
             b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
         f.write_bytes(bytes(b))
-    cmd = rng.choice([["query", str(run), "SELECT count(*) FROM events"],
+    else:  # a flipped bit inside a column chunk's pages: refused, or (page header) harmless
+        expect = "clean"
+        f = rng.choice([p for p in files if p.suffix == ".parquet"])
+        start, size = rng.choice(page_spans(f))
+        flip_byte(f, start + rng.randrange(size), rng.randrange(8))
+        check = _same_data_or_refused(ws.run / f.name, f)
+    table = f.stem if f.suffix == ".parquet" and f.stem != "run" else "events"
+    cmd = rng.choice([["query", str(run), f"SELECT * FROM {table}"],
                       ["analyze", str(run)], ["report", str(run)],
                       ["export", str(run), "--perfetto", str(d / "p.json")],
                       ["compare", str(ws.run), str(run)], ["report", str(run), "--format",
                                                            "html"]])
     if cmd[0] == "compare":
         expect = "any" if expect == "clean" else expect
-    return Case("corrupt run", cmd, expect, f"{kind} {f.name}")
+    return Case("corrupt run", cmd, expect, f"{kind} {f.name}",
+                needle="was written by schema" if kind == "old_schema" else "", check=check)
+
+
+def _same_data_or_refused(original: Path, corrupted: Path) -> Callable[[], str | None]:
+    """After a page flip: the file must fail its checks, or decode to the original values."""
+    def check() -> str | None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        try:
+            got = pq.read_table(corrupted, page_checksum_verification=True)
+        except (OSError, pa.ArrowException):
+            return None
+        if not got.equals(pq.read_table(original)):
+            return f"{corrupted.name}: flipped page decodes to other values unnoticed"
+        return None
+    return check
 
 
 def arguments(ws: Workspace, rng: random.Random) -> Case:

@@ -12,7 +12,7 @@ from mtia_trace.cli.options import FORCE_OPTION
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, render
 from mtia_trace.destinations import check_dir, check_file, write_file
 from mtia_trace.errors import UsageError
-from mtia_trace.runs import connect
+from mtia_trace.runs import connect, reading
 from mtia_trace.storage import open_run
 
 #: Rows per analyzer printed on a terminal table; other formats and -o get every row.
@@ -40,7 +40,8 @@ def analyze(
     elif out is not None:
         check_file(out, force=force)
     con = connect([open_run(run)])
-    tables = {a.NAME: a.run(con) for a in chosen}
+    with reading():
+        tables = {a.NAME: a.run(con) for a in chosen}
     if fmt is Format.parquet:
         for name, t in tables.items():
             emit(t, fmt, out / f"{name}.parquet", force=force)
