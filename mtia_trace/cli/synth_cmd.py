@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from mtia_trace.cli.options import SEED_MAX
+from mtia_trace.progress import Progress
 from mtia_trace.synth import PRESETS, SynthOptions, synthesize
+from mtia_trace.synth import estimate as budget
 
 _PRESETS_HELP = "; ".join(f"{n}: {m.doc}" for n, m in PRESETS.items())
 
@@ -32,16 +34,24 @@ def synth(
         "the model's."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output directory."),
 ) -> None:
-    """Generate synthetic DLRM-style training or inference traces, one Kineto file per rank.
-
-    Example: mtia-trace synth --preset dlrm-dcnv2 --ranks 8 --steps 2 -o traces/dcnv2
-    """
-    res = synthesize(SynthOptions(preset=preset, model_file=str(model) if model else None,
-                                  ranks=ranks, steps=steps, batch=batch, sharding=sharding,
-                                  mode=mode, seed=seed, source_hw=source_hw, zipf=zipf,
-                                  host_overhead=host_overhead),
-                     out, force=force)
+    opts = SynthOptions(preset=preset, model_file=str(model) if model else None, ranks=ranks,
+                        steps=steps, batch=batch, sharding=sharding, mode=mode, seed=seed,
+                        source_hw=source_hw, zipf=zipf, host_overhead=host_overhead)
+    with Progress("synth") as p:
+        res = synthesize(opts, out, force=force,
+                         on_estimate=lambda e: p(f"generating {e.describe()}"))
     m = res.model
     typer.echo(f"wrote {len(res.files)} trace(s) to {res.out_dir}: {m.name}, {m.ranks} ranks,"
                f" {m.sharding}, batch {m.batch}, {m.host_overhead} host overhead, {res.events}"
                f" events, {res.bytes / 1e6:.2f} MB")
+
+
+synth.__doc__ = (
+    "Generate synthetic DLRM-style training or inference traces, one Kineto file per rank.\n\n"
+    "The events, trace bytes and peak memory are estimated before anything is generated (shown "
+    "as progress on a terminal); a request needing more than "
+    f"{budget.DEFAULT_MAX_MEMORY // 2**30} GiB of memory or "
+    f"{budget.DEFAULT_MAX_BYTES // 2**30} GiB of traces is refused: raise the limits with "
+    f"{budget.MAX_MEMORY_ENV}=<size> and {budget.MAX_BYTES_ENV}=<size> (e.g. 32G).\n\n"
+    "Example: mtia-trace synth --preset dlrm-dcnv2 --ranks 8 --steps 2 -o traces/dcnv2"
+)

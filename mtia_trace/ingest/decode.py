@@ -123,12 +123,17 @@ class Document(msgspec.Struct, gc=False):
 
 def max_bytes() -> int:
     """The per-file read limit: ``MTIA_TRACE_MAX_BYTES`` (bytes, or with K/M/G/T) or the default."""
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    return env_size(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)
+
+
+def env_size(name: str, default: int) -> int:
+    """A size limit from environment variable ``name`` (bytes, or with K/M/G/T), else ``default``."""
+    text = os.environ.get(name, "").strip()
     if not text:
-        return DEFAULT_MAX_BYTES
+        return default
     m = _SIZE.match(text)
     if m is None:
-        raise UsageError(f"{MAX_BYTES_ENV}={text}: not a size; give bytes or a number with K, "
+        raise UsageError(f"{name}={text}: not a size; give bytes or a number with K, "
                          "M, G or T (e.g. 16G)")
     scale = 1024 ** " kmgt".index((m.group(2) or " ").lower())
     return max(1, int(float(m.group(1)) * scale))

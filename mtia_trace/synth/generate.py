@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 from mtia_trace.destinations import check_dir, temporary_dir
 from mtia_trace.errors import UsageError
 from mtia_trace.synth.costing import SourceHardware
+from mtia_trace.synth.estimate import Estimate, check, estimate
 from mtia_trace.synth.model import HOST_OVERHEADS, SHARDINGS, Model
 from mtia_trace.synth.model_file import load_model_file
 from mtia_trace.synth.presets import PRESETS
@@ -49,6 +51,7 @@ class SynthResult:
     events: int              # trace events written, all ranks (metadata included)
     bytes: int               # compressed bytes, all ranks
     model: Model
+    estimate: Estimate
 
 
 def resolve_model(opts: SynthOptions) -> Model:
@@ -78,14 +81,23 @@ def resolve_model(opts: SynthOptions) -> Model:
     return m.validate("--preset " + m.name if not opts.model_file else opts.model_file)
 
 
-def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> SynthResult:
-    """Write one ``rank<N>.pt.trace.json.gz`` per rank into ``out_dir`` (atomically)."""
+def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False,
+               on_estimate: Callable[[Estimate], None] | None = None) -> SynthResult:
+    """Write one ``rank<N>.pt.trace.json.gz`` per rank into ``out_dir`` (atomically).
+
+    The cost is estimated first (`estimate.estimate`) and a request past the limits refused
+    (`estimate.check`) before anything is generated; ``on_estimate`` is told the estimate.
+    """
     out = Path(out_dir)
     check_dir(out, force=force, flag="-o", replaceable=is_trace_dir,
               what="a folder of synthetic traces")
     model = resolve_model(opts)
     hw = SourceHardware.load(opts.source_hw)
     train = opts.mode == "train"
+    est = estimate(model, hw, opts.steps, train, opts.zipf, opts.compress_level)
+    check(est)
+    if on_estimate is not None:
+        on_estimate(est)
     p = plan(model, model.ranks, model.sharding, model.batch, hw.ranks_per_node, opts.zipf, train)
     prog = build_program(model, p, train)
     tl = _schedule(hw, model, prog, opts)
@@ -104,7 +116,7 @@ def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False) -> 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SynthResult(out, tuple(out / f.name for f in files), nev, total, model)
+    return SynthResult(out, tuple(out / f.name for f in files), nev, total, model, est)
 
 
 def is_trace_dir(path: Path) -> bool:

@@ -123,13 +123,18 @@ def assign(cost: np.ndarray, bins: int) -> np.ndarray:
     return out
 
 
-def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: int,
-         zipf: float = 0.0, train: bool = True) -> ShardPlan:
-    """The embedding placement and distribution collectives of one step."""
+def local_batch(batch: int, ranks: int) -> int:
+    """Each rank's share of the global batch (it must split evenly)."""
     if batch % ranks:
         raise UsageError(f"--batch {batch} is not divisible by --ranks {ranks}; the global batch"
                          " is split evenly over ranks")
-    b = batch // ranks
+    return batch // ranks
+
+
+def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: int,
+         zipf: float = 0.0, train: bool = True) -> ShardPlan:
+    """The embedding placement and distribution collectives of one step."""
+    b = local_batch(batch, ranks)
     dims, rows, pool = model.dims, model.rows, model.pooling
     n_t = np.rint(b * pool).astype(np.int64)      # ids per table per rank-local batch
     t_count = len(dims)
