@@ -163,11 +163,10 @@ def _replay_distributed(trace: Path, dests: dict[str, Path], models: dict, opts:
     if opts.loss_rate:
         raise UsageError("--loss-rate: loss draws are not yet partitioned across workers; "
                          "replay with loss without --scheduler/--workers")
-    from replay.distributed.driver import connect, replay_distributed
+    from replay.distributed.driver import replay_distributed, session
 
-    client = connect(opts.scheduler, opts.workers)
     steps: dict[str, pa.Table] = {}
-    try:
+    with session(opts.scheduler, opts.workers) as client:
         for h in opts.hws:
             model, spec, assumed = models[h]
             say(f"replaying on {h} (distributed)")
@@ -176,9 +175,4 @@ def _replay_distributed(trace: Path, dests: dict[str, Path], models: dict, opts:
             steps[h], _ = replay_distributed(trace, model, dests[h], meta, client=client,
                                              force=opts.force, source_hw=opts.source_hw,
                                              progress=say)
-    finally:
-        cluster = getattr(client, "cluster", None)
-        client.close()
-        if cluster is not None and not opts.scheduler:
-            cluster.close()
     return steps

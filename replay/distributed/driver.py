@@ -10,8 +10,10 @@ into the run being built; steps, summary and collectives are assembled here.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +49,64 @@ def connect(scheduler: str | None, workers: int | None):  # noqa: ANN201
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({msg}); "
                              "check the address and that dask-scheduler is running") from None
-    cluster = LocalCluster(n_workers=int(workers or 1), threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    return Client(cluster)
+    n = int(workers or 1)
+    try:
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=QUIET)
+        return Client(cluster)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the workers starting, say it once
+        raise UsageError(f"--workers {n}: the local Dask cluster did not start "
+                         f"({_first_line(exc)}); check free memory and that a worker process "
+                         "can start, or replay without --workers") from None
+
+
+#: Log level that silences Dask: its own one-line error is what the user sees.
+QUIET = logging.CRITICAL + 1
+_DASK_LOGGERS = ("distributed", "tornado", "bokeh", "asyncio")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+@contextmanager
+def quiet_dask() -> Iterator[None]:
+    """Silence Dask's loggers in this process (the scheduler and nannies of a local cluster log
+    here) for the duration; their levels are restored after."""
+    names = {n for n in logging.Logger.manager.loggerDict
+             if n.split(".")[0] in _DASK_LOGGERS} | set(_DASK_LOGGERS)
+    saved = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(QUIET)
+    try:
+        yield
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
+
+
+@contextmanager
+def session(scheduler: str | None, workers: int | None) -> Iterator[object]:
+    """`connect`, with Dask's logs silenced, a worker that keeps dying reported in one line and
+    the client (and a local cluster) closed at the end."""
+    from distributed import KilledWorker
+
+    with quiet_dask():
+        client = connect(scheduler, workers)
+        try:
+            yield client
+        except KilledWorker as exc:
+            tries = getattr(exc, "allowed_failures", 0) + 1
+            raise UsageError(f"replay: a Dask worker died repeatedly running "
+                             f"{getattr(exc, 'task', '?')} ({tries} tries); check the workers' "
+                             "memory (a shard holds its ranks' events), or use more --workers"
+                             ) from None
+        finally:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None and not scheduler:
+                cluster.close()
 
 
 def _probe(address: str) -> None:
