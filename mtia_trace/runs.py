@@ -132,13 +132,53 @@ def _refused(con: duckdb.DuckDBPyConnection, st: object) -> str | None:
     return f"EXPLAIN {inner[0].type.name}" if len(inner) == 1 else "unrecognised EXPLAIN"
 
 
+#: Rows per batch of a streamed result.
+BATCH_ROWS = 64 * 1024
+
+
 def query(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "query") -> pa.Table:
     """Run ``sql`` (one or more read-only statements) and return the last result as Arrow."""
+    return query_batches(con, sql, source=source).read_all()
+
+
+def query_batches(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "query",
+                  batch_rows: int = BATCH_ROWS) -> pa.RecordBatchReader:
+    """Run ``sql`` (one or more read-only statements); the last result as a stream of Arrow
+    batches of ``batch_rows``, computed as they are read. An error while reading is the same
+    one-line `QueryError` (or the run's read error) as one before."""
     hint = f"available views: {', '.join(VIEWS)} (`mtia-trace query RUN --views` shows them)"
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise read_error(exc) or QueryError(f"{source}: {_one_line(exc)}; {hint}") from None
+        raise QueryError(f"{source}: {_one_line(exc)}; {hint}") from None
+    if not statements:
+        raise QueryError(f"{source}: no SQL statement given; pass e.g. \"SELECT * FROM steps\"")
+    for st in statements:
+        refused = _refused(con, st)
+        if refused:
+            raise QueryError(
+                f"{source}: {refused} statements are not allowed, runs are read-only; "
+                "use SELECT (export results with --format/-o instead of COPY)")
+
+    def failed(exc: Exception) -> Exception:
+        return read_error(exc) or QueryError(f"{source}: {_one_line(exc)}; {hint}")
+
+    try:
+        for st in statements[:-1]:
+            con.execute(st.query)
+        rel = con.sql(statements[-1].query)
+        stream = getattr(rel, "to_arrow_reader", None) or rel.fetch_arrow_reader
+        reader = stream(batch_rows)
+    except duckdb.Error as exc:
+        raise failed(exc) from None
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except (duckdb.Error, pa.ArrowException, OSError) as exc:
+            raise failed(exc) from None
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
     if not statements:
         raise QueryError(f"{source}: no SQL statement given; pass e.g. \"SELECT * FROM steps\"")
     for st in statements:

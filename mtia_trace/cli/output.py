@@ -112,7 +112,7 @@ def render_table(table: pa.Table, *, max_rows: int | None = None) -> str:
     if not rows:
         out.append("(no rows)")
     if hidden:
-        out.append(f"... {hidden} more rows (use --format csv or -o to get them all)")
+        out.append(more_rows(Format.table, hidden))
     return "\n".join(out) + "\n"
 
 
@@ -123,8 +123,15 @@ def render_markdown(table: pa.Table, *, max_rows: int | None = None) -> str:
            "|" + "|".join("---:" if n else "---" for n in _numeric(table)) + "|"]
     out += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
     if hidden:
-        out.append(f"\n_{hidden} more rows not shown._")
+        out.append(more_rows(Format.markdown, hidden))
     return "\n".join(out) + "\n"
+
+
+def more_rows(fmt: Format, hidden: int) -> str:
+    """The line under a terminal table or markdown that left ``hidden`` rows out."""
+    if fmt is Format.markdown:
+        return f"\n_{hidden:,} more rows not shown._"
+    return f"... {hidden:,} more rows (use --format csv or -o to get them all)"
 
 
 def _as_text(col: pa.ChunkedArray) -> pa.Array:
@@ -205,3 +212,91 @@ def emit(table: pa.Table, fmt: Format, out: Path | None, *, max_rows: int | None
     else:
         write_file(text, out, force=force)
 
+
+
+def emit_batches(reader: pa.RecordBatchReader, fmt: Format, out: Path | None, *,
+                 max_rows: int | None = None, force: bool = False) -> None:
+    """`emit` for a stream of batches, never holding the whole result: CSV, JSON and Parquet
+    are written batch by batch (to ``out`` or stdout); on a terminal, a table or markdown shows
+    the first ``max_rows`` rows and counts the rest. A table or markdown file holds every row
+    (its column widths need them all)."""
+    if fmt is Format.parquet:
+        if out is None:
+            raise UsageError("--format parquet: needs an output file; add -o RESULT.parquet")
+        write_with(out, lambda tmp: _write_parquet(reader, tmp), force=force)
+        return
+    if fmt in (Format.table, Format.markdown):
+        if out is not None or max_rows is None:
+            emit(reader.read_all(), fmt, out, force=force)
+            return
+        head, hidden = _head(reader, max_rows)
+        text = render(head, fmt)
+        sys.stdout.write(text + (more_rows(fmt, hidden) + "\n" if hidden else ""))
+        return
+    chunks = _csv_chunks(reader) if fmt is Format.csv else _json_chunks(reader)
+    if out is None:
+        for chunk in chunks:
+            sys.stdout.write(chunk.decode())
+        return
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            for chunk in chunks:
+                fh.write(chunk)
+
+    write_with(out, write, force=force)
+
+
+def _head(reader: pa.RecordBatchReader, n: int) -> tuple[pa.Table, int]:
+    """The first ``n`` rows, and how many rows follow them (counted, not kept)."""
+    kept: list[pa.RecordBatch] = []
+    rows = hidden = 0
+    for b in reader:
+        take = max(0, min(b.num_rows, n - rows))
+        if take:
+            kept.append(b.slice(0, take))
+            rows += take
+        hidden += b.num_rows - take
+    return pa.Table.from_batches(kept, schema=reader.schema), hidden
+
+
+def _tables(reader: pa.RecordBatchReader):  # noqa: ANN202 - a generator of tables
+    empty = True
+    for b in reader:
+        empty = False
+        yield pa.Table.from_batches([b])
+    if empty:
+        yield reader.schema.empty_table()
+
+
+def _csv_chunks(reader: pa.RecordBatchReader):  # noqa: ANN202
+    for i, t in enumerate(_tables(reader)):
+        buf = io.BytesIO()
+        pacsv.write_csv(for_file(t, Format.csv), buf,
+                        pacsv.WriteOptions(include_header=i == 0))
+        yield buf.getvalue()
+
+
+def _json_chunks(reader: pa.RecordBatchReader):  # noqa: ANN202
+    yield b"["
+    first = True
+    for t in _tables(reader):
+        if t.num_rows:
+            rows = orjson.dumps(for_file(t, Format.json).to_pylist(),
+                                option=orjson.OPT_SERIALIZE_NUMPY, default=str)[1:-1]
+            yield rows if first else b"," + rows
+            first = False
+    yield b"]\n"
+
+
+def _write_parquet(reader: pa.RecordBatchReader, tmp: Path) -> None:
+    writer = None
+    try:
+        for t in _tables(reader):
+            flat = for_file(t, Format.parquet)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, flat.schema, compression="zstd")
+            writer.write_table(flat)
+    finally:
+        if writer is not None:
+            writer.close()

@@ -7,11 +7,10 @@ from pathlib import Path
 import typer
 
 from mtia_trace.cli.options import FORCE_OPTION
-from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit
+from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit_batches
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import UsageError
-from mtia_trace.runs import connect
-from mtia_trace.runs import query as run_query
+from mtia_trace.runs import connect, query_batches
 from mtia_trace.storage import find_runs, views_sql
 
 
@@ -25,6 +24,9 @@ def query(
     fmt: Format = FORMAT_OPTION,
     out: Path = OUTPUT_OPTION,
     force: bool = FORCE_OPTION,
+    max_rows: int = typer.Option(200, "--max-rows", min=0,
+                                 help="Rows a table or markdown on the terminal shows (0: all); "
+                                 "csv, json and -o get every row, streamed."),
 ) -> None:
     """Run SQL over stored runs with DuckDB (read-only).
 
@@ -55,5 +57,5 @@ def query(
         return
     assert sql is not None  # set above unless --views
     con = connect(runs)
-    emit(run_query(con, sql, source=str(sql_file) if sql_file else "SQL"), fmt, out,
-         force=force)
+    emit_batches(query_batches(con, sql, source=str(sql_file) if sql_file else "SQL"), fmt,
+                 out, max_rows=max_rows or None, force=force)
