@@ -585,6 +585,60 @@ def arguments(ws: Workspace, rng: random.Random) -> Case:
                 check=check)
 
 
+def synth_bounds(ws: Workspace, rng: random.Random) -> Case:
+    """Requests of every size under a lowered limit: refused in one line, or written in full."""
+    d = ws.fresh("synthb")
+    sharding = rng.choice(["tw", "rw", "cw", "twrw", "dp"])
+    ranks = rng.choice([1, 2, 8, 16, 64, 1000, 10**5, 10**7])
+    steps = rng.choice([1, 2, 5, 10**3, 10**5, 10**9])
+    # limits low enough that what is accepted is small (a case must stay fast)
+    env = rng.choice([{"MTIA_TRACE_SYNTH_MAX_MEMORY": rng.choice(["32M", "128M"])},
+                      {"MTIA_TRACE_SYNTH_MAX_MEMORY": "128M",
+                       "MTIA_TRACE_SYNTH_MAX_BYTES": rng.choice(["1K", "1M", "4M"])}])
+    argv = ["synth", "-o", str(d / "t"), "--ranks", str(ranks), "--steps", str(steps),
+            "--sharding", sharding, "--batch", str(ranks * rng.choice([1, 64]))]
+
+    def check() -> str | None:
+        out = d / "t"
+        if out.exists() and len(list(out.iterdir())) != ranks:
+            return f"{len(list(out.iterdir()))} files for {ranks} ranks"
+        left = [p.name for p in d.iterdir() if p.name.startswith(".")]
+        return f"temporary left behind: {left}" if left else None
+
+    return Case("synth bounds", argv, "clean", f"{ranks} ranks x {steps} steps {sharding} "
+                f"{env}", env=env, check=check)
+
+
+def query_stream(ws: Workspace, rng: random.Random) -> Case:
+    """Large and failing results through every format, to the terminal and to files."""
+    d = ws.fresh("qs")
+    n = rng.choice([0, 1, 5, 10**4, 10**6, 3 * 10**6])
+    body = rng.choice(["range AS x", "range AS x, 'ab' AS y", "range AS x, [range] AS l",
+                       "CAST(CASE WHEN range < {h} THEN '1' ELSE 'x' END AS INT) AS v",
+                       "range // 0 AS z", "INTERVAL 1 DAY * range AS i"]).format(h=n // 2)
+    sql = f"SELECT {body} FROM range({n})"
+    fmt = rng.choice(["table", "csv", "json", "markdown", "parquet"])
+    out = d / f"r.{fmt}"
+    to_file = fmt == "parquet" or rng.random() < 0.5
+    argv = ["query", str(ws.run), sql, "--format", fmt] + (["-o", str(out)] if to_file else [])
+    if not to_file and rng.random() < 0.5:
+        argv += ["--max-rows", str(rng.choice([0, 1, 50]))]
+    if fmt == "table" and to_file and n > 10**5:
+        n = 10**5  # a table file holds every row to align them: keep it small
+        argv[2] = sql = f"SELECT {body} FROM range({n})"
+
+    def check() -> str | None:
+        if out.exists() and fmt in ("csv", "json"):
+            text = out.read_text()
+            rows = text.count("\n") - 1 if fmt == "csv" else (text.count("},{") + 1 if n else 0)
+            if rows != n and "x" not in body:
+                return f"{fmt} file has {rows} rows, expected {n}"
+        left = [p.name for p in d.iterdir() if p.name.startswith(".")]
+        return f"temporary left behind: {left}" if left else None
+
+    return Case("query stream", argv, "clean", sql[:60] + f" {fmt}", check=check)
+
+
 FAMILIES: dict[str, Callable[[Workspace, random.Random], Case]] = {
     "ingest mutation": ingest_mutation,
     "ingest file": ingest_file,
@@ -595,4 +649,6 @@ FAMILIES: dict[str, Callable[[Workspace, random.Random], Case]] = {
     "output rule": output_dest,
     "corrupt run": corrupt_run,
     "arguments": arguments,
+    "synth bounds": synth_bounds,
+    "query stream": query_stream,
 }
