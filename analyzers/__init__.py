@@ -18,13 +18,16 @@ from analyzers import (
     device_time,
     fetch_stalls,
     idle,
+    kernel_launches,
     overlap,
     queueing,
     rank_collectives,
     step_breakdown,
     stragglers,
+    stream_queues,
     top_ops,
     unoverlapped_comm,
+    user_annotations,
 )
 from mtia_trace.errors import UsageError
 
@@ -39,7 +42,8 @@ class Analyzer(Protocol):
 ANALYZERS: dict[str, Analyzer] = {
     a.NAME: a  # type: ignore[misc]
     for a in (step_breakdown, top_ops, unoverlapped_comm, overlap, stragglers, queueing, fetch_stalls,
-              critical_path, idle, device_time, rank_collectives)
+              critical_path, idle, device_time, rank_collectives, kernel_launches,
+              stream_queues, user_annotations)
 }
 
 

@@ -46,6 +46,9 @@ def _rows() -> list[dict]:
             devc = {**common, "track": dev, "is_device": True, "device": r, "stream": 7}
             add(k + "ann", **hostc, name=f"ProfilerStep#{s}", cat="user_annotation",
                 kind="annotation", ts=t, end=ar_end + 100, depth=0, bound_by="none")
+            add(k + "fwd", **hostc, name="## forward ##", cat="user_annotation",
+                kind="annotation", ts=t + 5, end=t + 95, depth=1, parent=k + "ann",
+                bound_by="none")
             add(k + "emb_op", **hostc, name="aten::embedding_bag", cat="cpu_op",
                 kind="embedding", ts=t + 10, end=t + 60, depth=1, parent=k + "ann",
                 host_us=50.0, bound_by="host")

@@ -97,6 +97,22 @@ def test_known_answers(con) -> None:
     top = tables["top_ops"].to_pylist()
     assert top[0]["name"].startswith("ncclDevKernel_AllReduce")
     assert next(r for r in top if r["name"] == "sm90_gemm")["critical_us"] == 0.0
+    # launches: 8 us calls; the embedding starts 2 us after its call ends, the GEMM waits for
+    # it (rank 0: 172 us, rank 1: 272 us); the GEMM's call outlives the 100 us cutoff
+    kl = {r["rank"]: r for r in tables["kernel_launches"].to_pylist()}
+    assert [(kl[r]["launches"], kl[r]["cpu_mean_us"], kl[r]["delay_max_us"], kl[r]["delay_outliers"])
+            for r in (0, 1)] == [(4, 8.0, 172.0, 2), (4, 8.0, 272.0, 2)]
+    assert kl[0]["delay_mean_us"] == pytest.approx((2.0 + 172.0) / 2)
+    # one launch waits at a time; the GEMM is launched while the embedding still runs
+    sq = tables["stream_queues"].to_pylist()
+    assert [(r["stream"], r["max_queued"], r["max_outstanding"]) for r in sq] == [
+        ("dev:0:7", 1, 2), ("dev:1:7", 1, 2)]
+    # rank 0: queued 10 + 180 us per step over a 1,510 us span (first launch to last end)
+    assert sq[0]["mean_queued"] == pytest.approx(2 * (10.0 + 180.0) / 1510.0)
+    # '## forward ##' spans [5, 95) us of each step; the critical embedding covers [60, 95)
+    (ua,) = tables["user_annotations"].to_pylist()
+    assert (ua["name"], ua["count"], ua["busy_us"], ua["critical_us"]) == (
+        "## forward ##", 4, pytest.approx(360.0), pytest.approx(140.0))
 
 
 def test_select_rejects_unknown_names() -> None:

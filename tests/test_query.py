@@ -59,8 +59,8 @@ def test_query_parquet_and_sql_file(runs_dir: Path, tmp_path: Path, cli) -> None
     code, out, _ = cli("query", runs_dir / "a", "-f", sql, "--format", "parquet",
                        "-o", tmp_path / "r.parquet")
     assert (code, out) == (0, "")
-    assert pq.read_table(tmp_path / "r.parquet").to_pylist() == [{"rank": 0, "n": 20},
-                                                                 {"rank": 1, "n": 20}]
+    assert pq.read_table(tmp_path / "r.parquet").to_pylist() == [{"rank": 0, "n": 22},
+                                                                 {"rank": 1, "n": 22}]
     code, _, err = cli("query", runs_dir / "a", "SELECT 1", "--format", "parquet")
     assert code == 2 and "needs an output file; add -o" in err
 
@@ -68,10 +68,10 @@ def test_query_parquet_and_sql_file(runs_dir: Path, tmp_path: Path, cli) -> None
 def test_several_runs_stack_with_a_run_column(runs_dir: Path, cli) -> None:
     _code, out, _ = cli("query", runs_dir, "SELECT run, seed, events FROM runs ORDER BY run",
                        "--format", "csv")
-    assert out == '"run","seed","events"\n"a",97,40\n"b",98,40\n'
+    assert out == '"run","seed","events"\n"a",97,44\n"b",98,44\n'
     con = connect([runs_dir / "a", runs_dir / "b"])
     got = query(con, "SELECT run, count(*) AS n FROM events GROUP BY run ORDER BY run")
-    assert got.to_pylist() == [{"run": "a", "n": 40}, {"run": "b", "n": 40}]
+    assert got.to_pylist() == [{"run": "a", "n": 44}, {"run": "b", "n": 44}]
 
 
 def test_views_statements_attach_a_run_in_any_duckdb(runs_dir: Path, cli) -> None:
@@ -79,7 +79,7 @@ def test_views_statements_attach_a_run_in_any_duckdb(runs_dir: Path, cli) -> Non
     assert code == 0 and out.count("CREATE OR REPLACE VIEW") == len(VIEWS)
     con = duckdb.connect()
     con.execute(out)
-    assert con.sql("SELECT count(*) FROM events").fetchall() == [(40,)]
+    assert con.sql("SELECT count(*) FROM events").fetchall() == [(44,)]
     assert con.sql("SELECT hardware FROM runs").fetchall() == [("as-measured",)]
 
 
