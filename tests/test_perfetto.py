@@ -117,3 +117,75 @@ def test_replayed_sample_trace_round_trips(tmp_path: Path) -> None:
                       (back.column("ts_us").to_numpy() + back.column("dur_us").to_numpy(),
                        run.column("end_us").to_numpy())):
         np.testing.assert_allclose(np.sort(got), np.sort(want), rtol=0, atol=1e-6)
+
+
+def _nests(slices: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Slices of one thread that overlap an enclosing slice without fitting inside it."""
+    bad, stack = [], []
+    for s, e in sorted(slices, key=lambda x: (x[0], -x[1])):
+        while stack and s >= stack[-1] - 1e-9:
+            stack.pop()
+        if stack and e > stack[-1] + 1e-9:
+            bad.append((s, e))
+        stack.append(e)
+    return bad
+
+
+@pytest.mark.parametrize("sample,hw", [("torch_cpu_dlrm", "h100"),
+                                       ("synth/dcnv2_train_2rank", "mtia300")])
+def test_replayed_slices_nest_on_the_bundled_samples(sample: str, hw: str, tmp_path: Path) -> None:
+    trace = Path(__file__).resolve().parent.parent / "sample_traces" / sample
+    run_dir, out = tmp_path / "run", tmp_path / "run.json"
+    assert run_cli(["replay", str(trace), "--hw", hw, "--out", str(run_dir), "--quiet"]) == 0
+    assert run_cli(["export", str(run_dir), "--perfetto", str(out), "--quiet"]) == 0
+    doc = _doc(out)
+    threads: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in doc:
+        if e["ph"] == "X":
+            threads.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    assert sum(map(len, threads.values())) > 1000
+    assert {k: _nests(v) for k, v in threads.items() if _nests(v)} == {}
+    # the critical-path track of each rank is a sequence: each slice ends before the next begins
+    for r in {e["pid"] for e in doc if e["ph"] == "b"}:
+        marks = [(e["ts"], e["ph"]) for e in doc if e["ph"] in "be" and e["pid"] == r]
+        assert [p for _, p in marks] == ["b", "e"] * (len(marks) // 2)
+        ts = [t for t, _ in marks]
+        assert ts == sorted(ts)
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    from runfixture import tiny_meta, tiny_tables
+
+    from analyzers.report.perfetto import perfetto_trace
+    from mtia_trace.storage import write_run
+
+    run = write_run(tiny_tables(), tmp_path_factory.mktemp("tiny") / "r", tiny_meta())
+    return perfetto_trace(load_run(run.path, analyses=False))["traceEvents"]
+
+
+def _series(doc: list[dict], name: str, pid: int, key: str) -> list[tuple[float, float]]:
+    return [(e["ts"], e["args"][key]) for e in doc
+            if e["ph"] == "C" and e["name"] == name and e["pid"] == pid]
+
+
+def test_counter_tracks_on_the_tiny_run(tiny_export: list[dict]) -> None:
+    # GIVEN two ranks x two steps of 1,000 us: per step an all-reduce (400 us, queued 20 us in
+    # step 1), launches 8 us long 2 us (embedding) and 172 / 272 us (GEMM) ahead of their kernels
+    doc = tiny_export
+    for r in (0, 1):
+        running = _series(doc, "collectives running", r, "collectives")
+        assert [v for _, v in running] == [1, 0, 1, 0]
+        waits = _series(doc, "waiting for engines / links", r, "events")
+        ar_start = 1000 + 60 + 300 + 20
+        assert waits == [(ar_start - 20, 1), (ar_start, 0)]
+        queued = _series(doc, f"launch queue dev:{r}:7", r, "queued")
+        outstanding = _series(doc, f"launch queue dev:{r}:7", r, "outstanding")
+        assert max(v for _, v in queued) == 1 and max(v for _, v in outstanding) == 2
+        assert queued[-1][1] == outstanding[-1][1] == 0
+        on = _series(doc, "critical path: collective", r, "on")
+        assert {v for _, v in on} == {0, 1}
+    # the critical path of rank 1, step 0: the embedding, the all-reduce, the optimizer
+    names = [e["name"] for e in doc if e["ph"] == "b" and e["pid"] == 1 and e["ts"] < 1000]
+    assert names == ["embedding_bag_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                     "optimizer_kernel"]

@@ -3,7 +3,11 @@
 One process per rank and one thread per track (host thread or device stream) of that rank; each
 slice is an event at its *replayed* start and duration, with its cost components and the
 attribution component that dominates it in ``args``. Flow arrows join a launch to the device work
-it launched and the ranks' instances of each collective. Kineto's own keys (``correlation``,
+it launched and the ranks' instances of each collective. Counter tracks per rank: the launch
+queue of each device stream (queued / outstanding, as the stream_queues analyzer counts them),
+events waiting for busy engines / links, collectives running (link / engine occupancy) and the
+critical path's component (1 while the critical path is in work of that component); an async
+track per rank lays out the critical path itself (its innermost events, in time order). Kineto's own keys (``correlation``,
 ``External id``, ``device``, ``stream``, collective fields) are kept, so the file reads back
 through `mtia_trace.ingest`.
 """
@@ -18,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers.report.run_data import RunData
+from analyzers.stream_queues import queue_series
 from mtia_trace.destinations import check_file, write_file
+from mtia_trace.schema import DEVICE_KINDS
 
 #: Event cost columns (per-event attribution), in the order ties are broken.
 COST_COLUMNS: tuple[str, ...] = ("compute", "fetch", "collective", "queue", "retry", "host")
@@ -143,13 +149,106 @@ def _flows(events: pa.Table, edges: pa.Table, tid: np.ndarray) -> list[dict]:
     return out
 
 
+def _occupancy(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(times, count after every change at that time) of intervals [start, end)."""
+    t = np.r_[starts, ends]
+    order = np.argsort(t, kind="stable")
+    t, v = t[order], np.cumsum(np.r_[np.ones(len(starts)), -np.ones(len(ends))][order])
+    last = np.r_[t[1:] != t[:-1], True] if len(t) else np.zeros(0, dtype=bool)
+    return t[last], v[last]
+
+
+def _counter(name: str, pid: int, t: np.ndarray, values: dict[str, np.ndarray]) -> list[dict]:
+    return [{"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": float(ts),
+             "args": {k: float(v[i]) for k, v in values.items()}}
+            for i, ts in enumerate(t.tolist())]
+
+
+def innermost_critical(events: pa.Table) -> np.ndarray:
+    """Row indices of the critical work events that enclose no other critical event."""
+    if events.num_rows == 0 or "critical" not in events.column_names:
+        return np.zeros(0, dtype=np.int64)
+    crit = _np(events, "critical").astype(bool) & (_np(events, "ph") == "X")
+    crit &= ~np.isin(_np(events, "kind"), ["annotation", "instant"])
+    parents = np.unique(_np(events, "parent_id")[crit])
+    return np.flatnonzero(crit & ~np.isin(_np(events, "event_id"), parents))
+
+
+def _counters(events: pa.Table) -> list[dict]:
+    out: list[dict] = []
+    if events.num_rows == 0:
+        return out
+    rank, start, end = _np(events, "rank"), _np(events, "start_us"), _np(events, "end_us")
+    launch = _np(events, "launch_id")
+    dev = _np(events, "is_device").astype(bool)
+    m = dev & (launch >= 0) & np.isin(_np(events, "kind"), sorted(DEVICE_KINDS))
+    pairs = pa.table({"rank": rank[m].astype(np.int32), "stream": _np(events, "track")[m],
+                      "launch_start_us": start[launch[m]], "start_us": start[m],
+                      "end_us": end[m]})
+    series = queue_series(pairs)
+    for (r, stream), g in series.to_pandas().groupby(["rank", "stream"], sort=True):
+        out += _counter(f"launch queue {stream}", int(r), g["ts_us"].to_numpy(),
+                        {"queued": g["queued"].to_numpy(),
+                         "outstanding": g["outstanding"].to_numpy()})
+    queue = _np(events, "queue_us")
+    comm = dev & np.isin(_np(events, "kind"), ["collective", "p2p"])
+    crit = innermost_critical(events)
+    comp = dominant_component(events.take(pa.array(crit, type=pa.int64())))
+    for r in np.unique(rank).tolist():  # ranks: few
+        mine = rank == r
+        w = mine & (queue > 0)
+        if w.any():
+            t, v = _occupancy(start[w] - queue[w], start[w])
+            out += _counter("waiting for engines / links", r, t, {"events": v})
+        c = mine & comm
+        if c.any():
+            t, v = _occupancy(start[c], end[c])
+            out += _counter("collectives running", r, t, {"collectives": v})
+        k = rank[crit] == r
+        for name in COST_COLUMNS:
+            sel = k & (comp == name)
+            if sel.any():
+                t, v = _occupancy(start[crit[sel]], end[crit[sel]])
+                out += _counter(f"critical path: {name}", r, t, {"on": np.minimum(v, 1)})
+    return out
+
+
+def _critical_track(events: pa.Table) -> list[dict]:
+    """Async slices per rank: the innermost critical events in time order, each clipped to start
+    after the previous one ends so the track nests."""
+    crit = innermost_critical(events)
+    if len(crit) == 0:
+        return []
+    sub = events.take(pa.array(crit, type=pa.int64()))
+    comp = dominant_component(sub)
+    rank, name = _np(sub, "rank"), _np(sub, "name")
+    start, end, eid = _np(sub, "start_us"), _np(sub, "end_us"), _np(sub, "event_id")
+    out: list[dict] = []
+    for i in np.lexsort((end, start, rank)).tolist():
+        out.append((int(rank[i]), float(start[i]), float(end[i]), str(name[i]), str(comp[i]),
+                    int(eid[i])))
+    slices: list[dict] = []
+    reach: dict[int, float] = {}
+    for r, s, e, n, c, ev in out:
+        s = max(s, reach.get(r, s))
+        if e <= s:
+            continue
+        reach[r] = e
+        common = {"cat": "critical_path", "id": f"critical_path_{r}", "pid": r, "tid": 0,
+                  "name": n}
+        slices.append({**common, "ph": "b", "ts": s, "args": {"component": c, "event_id": ev}})
+        slices.append({**common, "ph": "e", "ts": e})
+    return slices
+
+
 def perfetto_trace(run: RunData) -> dict:
     """The Chrome-trace document for ``run``."""
     events = run.events
     tid, tracks = _track_ids(events)
     doc: dict[str, object] = {
         "displayTimeUnit": "ms",
-        "traceEvents": _metadata(tracks) + _slices(events, tid) + _flows(events, run.edges, tid),
+        "traceEvents": (_metadata(tracks) + _slices(events, tid) + _flows(events, run.edges, tid)
+                        + _counters(events) + _critical_track(events)),
         "otherData": {"producer": "mtia-trace export", "run": run.name,
                       "hardware": run.hardware, "times": "replayed"},
     }

@@ -24,6 +24,8 @@ def export(
 
     One process per rank, one thread per host thread or device stream, flow arrows for launches
     and collectives; each slice's args carry its cost components and attribution component.
+    Counter tracks per rank: launch queue per stream, waits for engines / links, collectives
+    running, the critical path's component; an async track lays out the critical path.
 
     Example: mtia-trace export runs/demo-mtia300 --perfetto demo.json
     """
