@@ -58,7 +58,11 @@ def render_cli() -> str:
     lines = [HEADER.format(src="the `--help` of every command"), "# CLI reference\n\n",
              "Every command prints this with `--help`. Exit codes: 0 success; 1 a gate failed "
              "(`compare` regression, `validate` error); 2 bad input or usage; 3 `compare`'s "
-             "baseline run is missing.\n\n"]
+             "baseline run is missing. Ctrl-C stops any command with one line and exit code 130."
+             "\n\nOne spelling per option: `-o/--output` for where results go, `--format` without "
+             "a short form. Earlier spellings still work but are not listed below: `--out` "
+             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff) and "
+             "`--format markdown` (now `md`).\n\n"]
     for name, _ in cmds[1:]:
         anchor = name.replace(" ", "-")
         lines.append(f"- [`{name}`](#{anchor})\n")
@@ -350,7 +354,7 @@ def render_sql() -> str:
     out = [HEADER.format(src="`mtia_trace/schema.py` and the cookbook in `docs/generate.py`"),
            "# SQL over runs\n\n",
            "`mtia-trace query RUN... \"SQL\"` runs read-only DuckDB SQL over one run, several, or "
-           "a folder of runs (they stack into the same views). `--format table|csv|json|markdown|"
+           "a folder of runs (they stack into the same views). `--format table|csv|json|md|"
            "parquet`, `-f FILE` for the SQL, `--views` for `CREATE VIEW` statements usable in any "
            "DuckDB. See [runs.md](runs.md) for the files behind the views.\n\n",
            f"Schema version {schema.SCHEMA_VERSION}. Times are microseconds on the trace's own "

@@ -103,7 +103,7 @@ def check_file(path: Path, *, force: bool, flag: str = "-o") -> Path:
     return path
 
 
-def check_dir(path: Path, *, force: bool, flag: str = "--out",
+def check_dir(path: Path, *, force: bool, flag: str = "-o/--output",
               replaceable: Callable[[Path], bool] | None = None, what: str = "output") -> Path:
     """Refuse an output directory that may not be (re)placed.
 

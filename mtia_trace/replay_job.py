@@ -64,7 +64,7 @@ def split_hw(values: list[str] | None) -> list[str]:
 
 
 def destinations(trace: Path, hws: list[str], out: Path | None) -> dict[str, Path]:
-    """Run directory per target: ``--out`` itself for one target, ``<out>/<stem>-<hw>`` for several."""
+    """Run directory per target: ``-o/--output`` itself for one target, ``<out>/<stem>-<hw>`` for several."""
     stem = trace_stem(trace)
     label = {hw: Path(hw).stem if hw.endswith(".toml") else hw for hw in hws}
     if len(hws) == 1 and out is not None:

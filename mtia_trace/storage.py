@@ -176,18 +176,18 @@ def check_destination(dest: Path, force: bool) -> None:
     run = enclosing_run(Path(os.path.abspath(dest)).parent)
     if run is not None:
         raise UsageError(f"{dest}: is inside the run directory {run}; runs are never modified, "
-                         "choose an --out outside it")
-    check_parent(dest, "--out")
+                         "choose an -o/--output outside it")
+    check_parent(dest, "-o/--output")
     if not os.path.lexists(dest):
         return
     if not force:
         raise RunExistsError(
-            f"{dest}: a run already exists there; pass --force to replace it or --out to choose "
+            f"{dest}: a run already exists there; pass --force to replace it or -o/--output to choose "
             "another directory")
     if not dest.is_dir() or (any(dest.iterdir()) and not (dest / META_FILE).is_file()):
         raise UsageError(
             f"{dest}: exists and is not a run directory; refusing to replace it even with "
-            "--force, choose another --out")
+            "--force, choose another -o/--output")
 
 
 def begin_run(dest: str | Path, force: bool = False) -> Path:
@@ -198,7 +198,7 @@ def begin_run(dest: str | Path, force: bool = False) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = temporary_dir(dest)
     except OSError as exc:
-        raise UsageError(f"{dest}: cannot create ({exc.strerror or exc}); choose another --out"
+        raise UsageError(f"{dest}: cannot create ({exc.strerror or exc}); choose another -o/--output"
                          ) from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; a run is an ordinary dir
     return tmp

@@ -40,7 +40,7 @@ def test_command_has_help_and_is_in_cli_reference(name: str, cmd: object) -> Non
     assert (getattr(cmd, "help", None) or "").strip(), f"`{name}` has no help text"
     section = _section((DOCS / "cli.md").read_text(encoding="utf-8"), name)
     for param in cmd.params:  # type: ignore[attr-defined]
-        if param.name == "help":
+        if param.name == "help" or getattr(param, "hidden", False):  # old spellings: listed once
             continue
         label = param.opts[0] if param.param_type_name == "option" else param.name
         assert (getattr(param, "help", None) or "").strip(), f"`{name}` {label} has no help text"

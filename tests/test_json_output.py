@@ -11,6 +11,7 @@ from mtia_trace.schema import ATTRIBUTION
 from tests.conftest import SAMPLES
 
 TRACE = SAMPLES / "synth" / "dcnv2_infer_1rank"
+CPU_TRACE = SAMPLES / "torch_cpu_dlrm"
 STEP_KEYS = {"step", "ranks", "total_us", "measured_us", *(f"{a}_us" for a in ATTRIBUTION)}
 
 
@@ -68,3 +69,21 @@ def test_hw_list_and_show(cli) -> None:
     assert all(set(v) == {"key", "value", "confidence", "source"} for v in d["values"])
     assert set(d["model"]) == {"overlap_slowdown", "concurrent_collectives_per_rank",
                                "assumed_values"}
+
+
+def test_whatif_json_is_a_list_of_group_rows(cli) -> None:
+    rows = _json(cli, "whatif", CPU_TRACE, "--top", "2", "-q")
+    assert isinstance(rows, list) and len(rows) == 2
+    assert all(set(r) == {"group", "by", "busy_us", "step_us", "step_2x_us", "gain_2x_us",
+                          "step_zero_us", "gain_zero_us"} for r in rows)
+    assert rows[0]["gain_2x_us"] >= rows[1]["gain_2x_us"]
+
+
+def test_diff_json_shape(cli) -> None:
+    d = _json(cli, "diff", CPU_TRACE, CPU_TRACE, "-q")
+    assert set(d) == {"base_step_us", "new_step_us", "predicted_step_us", "error",
+                      "base_replayed_step_us", "predicted_change_us", "matched_fraction",
+                      "matched_events", "unmatched_base", "unmatched_new", "attribution",
+                      "contributions", "notes"}
+    assert all(set(c) == {"group", "delta_us"} for c in d["contributions"])
+    assert d["matched_fraction"] == 1.0 and d["predicted_change_us"] == pytest.approx(0.0, abs=1e-6)

@@ -1,7 +1,8 @@
 """The `mtia-trace` command line: a thin shell over the library, one module per command.
 
 `main` is the only place that catches `MtiaTraceError`: it prints one line to stderr and returns
-the error's exit code. Any other exception is a bug and keeps its traceback.
+the error's exit code. Ctrl-C prints one line and exits 130. Any other exception is a bug and
+keeps its traceback.
 
 Commands are registered lazily: `COMMANDS` names each command's module, which is imported only
 when that command runs (or its own `--help` is asked for). `mtia-trace --help` and `--version`
@@ -54,6 +55,32 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+def _plain_metavar(param: Any, ctx: Any) -> None:
+    """Help rows without Python types (``<list[str]>``, ``<int range>``): an option without a
+    metavar gets one (N for integers, X for other numbers, PATH for paths, else its name in
+    capitals); an argument shows its name only. Choices (``<text|json>``) are kept."""
+    shown = param.display_type(ctx) if hasattr(param, "display_type") else None
+    if not shown or "|" in shown:
+        return
+    if isinstance(param, typer.core.TyperArgument):
+        if param.metavar is None and param.nargs == 1:
+            param.metavar = param.name.upper()
+        param.display_type_rich = lambda ctx=None: None
+        return
+    if param.metavar is None:
+        kind = shown.strip("<>").removesuffix(" range").removeprefix("list[").rstrip("]")
+        param.metavar = {"int": "N", "float": "X", "path": "PATH", "Path": "PATH"}.get(
+            kind, param.name.upper())
+
+
+def _plain_metavars(cmd: Any) -> None:
+    ctx = typer.core._click.Context(cmd)  # type: ignore[attr-defined]
+    for param in cmd.params:
+        _plain_metavar(param, ctx)
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_metavars(sub)
+
+
 def load_command(name: str) -> Any:
     """Import the module of command `name` and build its click command."""
     _, module, attr, _ = next(c for c in COMMANDS if c[0] == name)
@@ -65,6 +92,7 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         cmd = typer.main.get_command(single)
     cmd.name = name
+    _plain_metavars(cmd)
     return cmd
 
 
@@ -136,14 +164,25 @@ def _root(
     """Trace-driven profiler and bottleneck analyzer for recommender training."""
 
 
+#: The one line Ctrl-C prints (exit code 130, as shells report SIGINT).
+INTERRUPTED = "mtia-trace: interrupted"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI with `argv` (default: the process arguments); return the exit code.
 
-    Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line.
+    Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line; Ctrl-C
+    (typer turns it into exit 130) as one line too.
     """
     try:
         app(args=argv, prog_name="mtia-trace")
+    except KeyboardInterrupt:  # raised outside typer's own handling (e.g. while it starts)
+        typer.echo(INTERRUPTED, err=True)
+        return 130
     except SystemExit as exc:
+        if exc.code == 130:
+            typer.echo(INTERRUPTED, err=True)
+            return 130
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         typer.echo(str(exc.code), err=True)

@@ -23,7 +23,7 @@ def analyze(
     run: Path = typer.Argument(..., help="Run directory written by `mtia-trace replay`."),
     names: list[str] = typer.Argument(None, metavar="[NAME]...",
                                       help="Analyzers to run (default: all)."),
-    fmt: Format = FORMAT_OPTION,
+    fmt: str = FORMAT_OPTION,  # a `Format` once parsed
     out: Path = OUTPUT_OPTION,
     force: bool = FORCE_OPTION,
 ) -> None:

@@ -19,7 +19,7 @@ from analyzers.report.compare import (
     render_compare_markdown,
 )
 from analyzers.report.run_data import RunData, load_run
-from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION, WHATIF_OPTION
+from mtia_trace.cli.options import FORCE_OPTION, OLD_FORMAT_SHORT, QUIET_OPTION, WHATIF_OPTION
 from mtia_trace.cli.report_cmd import write_output
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import BaselineMissingError, UsageError
@@ -36,7 +36,7 @@ class CompareFormat(str, Enum):
 def _load_baseline(path: Path) -> RunData:
     if not path.exists():
         raise BaselineMissingError(
-            f"{path}: baseline run not found; write it first with `mtia-trace replay ... --out "
+            f"{path}: baseline run not found; write it first with `mtia-trace replay ... -o "
             f"{path}` (or restore it from the baseline artifact)")
     return load_run(path)
 
@@ -80,7 +80,9 @@ def compare(
                                help=f"Metric that gates: {', '.join(METRICS)}."),
     threshold: str = typer.Option("5%", "--threshold",
                                   help="Regression when the metric grows by more than this."),
-    fmt: CompareFormat = typer.Option(CompareFormat.md, "--format", "-f", help="Output format."),
+    fmt: CompareFormat = typer.Option(CompareFormat.md, "--format", help="Output format."),
+    fmt_short: CompareFormat = typer.Option(None, OLD_FORMAT_SHORT, hidden=True,
+                                     help="Old spelling of --format."),
     output: Path = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
     whatif: list[str] = WHATIF_OPTION,
     force: bool = FORCE_OPTION,
@@ -97,6 +99,7 @@ def compare(
 
     Example: mtia-trace compare runs/main runs/pr --threshold 5% >> "$GITHUB_STEP_SUMMARY"
     """
+    fmt = fmt_short or fmt
     if output is not None:
         check_file(output, force=force)
     check_metric(metric)

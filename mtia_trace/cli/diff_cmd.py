@@ -9,6 +9,7 @@ import orjson
 import pyarrow as pa
 import typer
 
+from mtia_trace.cli.options import OLD_FORMAT_SHORT
 from mtia_trace.cli.output import render_table
 from mtia_trace.cli.report_cmd import write_output
 from mtia_trace.progress import Progress
@@ -57,7 +58,9 @@ def diff(
     group_by: str = typer.Option("scope", "--group-by",
                                  help="Attribution groups: scope (outermost user annotation), "
                                       "kind, name, rank or rank-scope."),
-    fmt: DiffFormat = typer.Option(DiffFormat.text, "--format", "-f", help="Output format."),
+    fmt: DiffFormat = typer.Option(DiffFormat.text, "--format", help="Output format."),
+    fmt_short: DiffFormat = typer.Option(None, OLD_FORMAT_SHORT, hidden=True,
+                                     help="Old spelling of --format."),
     output: Path = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
     force: bool = typer.Option(False, "--force", help="Overwrite the output file if it exists."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
@@ -74,6 +77,7 @@ def diff(
 
     Example: mtia-trace diff traces/main traces/pr --format json
     """
+    fmt = fmt_short or fmt
     with Progress("diff", quiet=quiet) as progress:
         r = diff_trace_files(base, new, group_by=group_by, progress=progress)
     if fmt is DiffFormat.json:

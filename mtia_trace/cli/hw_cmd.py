@@ -69,8 +69,8 @@ def show(
 ) -> None:
     """Print every number of a spec with its source and confidence.
 
-    Example: mtia-trace hw show mtia300 --set comm.message_engines=8
-    Example: mtia-trace hw show mtia300 --vs h100
+    Examples: mtia-trace hw show mtia300 --set comm.message_engines=8;
+    mtia-trace hw show mtia300 --vs h100
     """
     spec = load_spec(name, list(overrides or []))
     keys = spec.assumed() if assumed_only else spec.keys()

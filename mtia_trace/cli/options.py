@@ -17,6 +17,11 @@ SEED_MAX = 2**63 - 1
 SEED_OPTION = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed for the loss draws.")
 SOURCE_HW_OPTION = typer.Option(None, "--source-hw", help="Hardware the trace was measured on "
                                 "(for --mode scaled; default: detected from deviceProperties).")
+#: Earlier option spellings, still accepted but not listed in --help (one spelling per option:
+#: ``-o/--output`` for where results go, ``--format`` without a short form).
+OLD_OUT_OPTION = typer.Option(None, "--out", hidden=True, help="Old spelling of -o/--output.")
+OLD_FORMAT_SHORT = "-f"
+
 #: For commands that write one output file (report, export, compare -o).
 QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress output on a terminal.")
 FORCE_OPTION = typer.Option(False, "--force", help="Overwrite the output file if it exists.")

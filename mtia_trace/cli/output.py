@@ -24,10 +24,30 @@ class Format(str, Enum):
     csv = "csv"
     json = "json"
     parquet = "parquet"
-    markdown = "markdown"
+    markdown = "md"
 
 
-FORMAT_OPTION = typer.Option(Format.table, "--format", help="Output format.")
+#: Earlier spellings still accepted (not listed in --help).
+FORMAT_ALIASES = {"markdown": Format.markdown}
+
+
+def parse_format(value: object) -> Format:
+    """``--format`` value -> `Format` (old spellings accepted); a usage error for anything else."""
+    if isinstance(value, Format):
+        return value
+    text = str(value).strip().lower()
+    if text in FORMAT_ALIASES:
+        return FORMAT_ALIASES[text]
+    try:
+        return Format(text)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not one of "
+                                 f"{', '.join(f.value for f in Format)}") from None
+
+
+FORMAT_OPTION = typer.Option("table", "--format", metavar="<" + "|".join(f.value for f in Format)
+                             + ">", callback=parse_format, help="Output format.",
+                             show_default=True)
 OUTPUT_OPTION = typer.Option(None, "-o", "--output",
                              help="Write to this file instead of stdout (needed for parquet).")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mtia_trace.cli.options import FORCE_OPTION
-from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit_batches
+from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, emit_batches
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import UsageError
 from mtia_trace.runs import connect, query_batches
@@ -21,7 +21,7 @@ def query(
     sql_file: Path = typer.Option(None, "-f", "--file", help="Read the SQL from this file."),
     views: bool = typer.Option(False, "--views",
                                help="Print the CREATE VIEW statements over the runs and exit."),
-    fmt: Format = FORMAT_OPTION,
+    fmt: str = FORMAT_OPTION,  # a `Format` once parsed
     out: Path = OUTPUT_OPTION,
     force: bool = FORCE_OPTION,
     max_rows: int = typer.Option(200, "--max-rows", min=0,

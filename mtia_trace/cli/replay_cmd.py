@@ -12,6 +12,7 @@ from mtia_trace import schema
 from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import (
     LOSS_RATE_OPTION,
+    OLD_OUT_OPTION,
     PRINT_FORMAT_OPTION,
     SEED_OPTION,
     SET_OPTION,
@@ -76,8 +77,10 @@ def replay(
     loss_rate: float = LOSS_RATE_OPTION,
     seed: int = SEED_OPTION,
     source_hw: str = SOURCE_HW_OPTION,
-    out: Path = typer.Option(None, "--out", help="Run directory (default runs/<trace>-<hw>); "
+    out: Path = typer.Option(None, "-o", "--output",
+                             help="Run directory (default runs/<trace>-<hw>); "
                              "with several --hw, the folder that holds one run per target."),
+    old_out: Path = OLD_OUT_OPTION,
     force: bool = typer.Option(False, "--force", help="Replace existing run directories."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only where runs were written."),
     scheduler: str = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT",
@@ -97,6 +100,7 @@ def replay(
     opts = ReplayOptions(hws=hws, overrides=list(overrides or []), mode=mode, loss_rate=loss_rate,
                          seed=seed, source_hw=source_hw, force=force, scheduler=scheduler,
                          workers=workers, whatifs=list(whatif or []))
+    out = out if out is not None else old_out
     dests = destinations(trace, hws, out)
     warnings: list[str] = []
 

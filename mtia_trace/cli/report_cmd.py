@@ -13,7 +13,7 @@ from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run
 from analyzers.report.sweep_report import build_sweep_report, is_sweep, load_sweep, sweep_dict
-from mtia_trace.cli.options import FORCE_OPTION, QUIET_OPTION
+from mtia_trace.cli.options import FORCE_OPTION, OLD_FORMAT_SHORT, QUIET_OPTION
 from mtia_trace.destinations import check_file, write_file
 from mtia_trace.progress import Progress
 
@@ -36,7 +36,9 @@ def write_output(text: str | bytes, output: Path | None, *, force: bool) -> None
 
 def report(
     run: Path = typer.Argument(..., help="Run directory written by `mtia-trace replay`."),
-    fmt: ReportFormat = typer.Option(ReportFormat.md, "--format", "-f", help="Output format."),
+    fmt: ReportFormat = typer.Option(ReportFormat.md, "--format", help="Output format."),
+    fmt_short: ReportFormat = typer.Option(None, OLD_FORMAT_SHORT, hidden=True,
+                                     help="Old spelling of --format."),
     output: Path = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
     force: bool = FORCE_OPTION,
     quiet: bool = QUIET_OPTION,
@@ -51,6 +53,7 @@ def report(
 
     Example: mtia-trace report runs/demo-mtia300 --format html -o report.html
     """
+    fmt = fmt_short or fmt
     if output is not None:
         check_file(output, force=force)
     if is_sweep(run):

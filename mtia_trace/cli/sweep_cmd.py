@@ -10,6 +10,7 @@ import typer
 from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import (
     LOSS_RATE_OPTION,
+    OLD_OUT_OPTION,
     PRINT_FORMAT_OPTION,
     SEED_OPTION,
     SOURCE_HW_OPTION,
@@ -42,8 +43,9 @@ def sweep(
     loss_rate: float = LOSS_RATE_OPTION,
     seed: int = SEED_OPTION,
     source_hw: str = SOURCE_HW_OPTION,
-    out: Path = typer.Option(None, "--out", help="Parquet file for the table "
+    out: Path = typer.Option(None, "-o", "--output", help="Parquet file for the table "
                              "(default runs/<trace>-<hw>-sweep.parquet)."),
+    old_out: Path = OLD_OUT_OPTION,
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only where the table was written."),
     fmt: PrintFormat = PRINT_FORMAT_OPTION,
@@ -60,10 +62,11 @@ def sweep(
     if not vary and not whatif:
         raise UsageError("sweep: nothing to vary; pass --vary KEY=V1,V2,... and/or "
                          "--whatif SELECTOR:CHANGE")
+    out = out if out is not None else old_out
     axes = parse_vary(list(vary or []))
     label = Path(hw).stem if hw.endswith(".toml") else hw
     dest = out if out is not None else Path("runs") / f"{trace_stem(trace)}-{label}-sweep.parquet"
-    check_file(dest, force=force, flag="--out")
+    check_file(dest, force=force, flag="--output")
     progress = Progress("sweep", quiet=quiet)
     progress(f"ingesting {trace}")
     events, src, why = with_source(load(trace), source_hw)
@@ -71,7 +74,7 @@ def sweep(
     table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
                       seed=seed, whatifs=list(whatif or []), progress=progress)
     progress.close()
-    write_with(dest, lambda tmp: pq.write_table(table, tmp), force=force, flag="--out")
+    write_with(dest, lambda tmp: pq.write_table(table, tmp), force=force, flag="--output")
     if fmt is PrintFormat.json:
         print_json({"path": str(dest), "hardware": hw, "axes": [a for a, _ in axes],
                     "points": table.to_pylist()})

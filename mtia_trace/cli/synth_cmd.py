@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from mtia_trace.cli.options import SEED_MAX
+from mtia_trace.cli.options import OLD_OUT_OPTION, SEED_MAX
+from mtia_trace.errors import UsageError
 from mtia_trace.progress import Progress
 from mtia_trace.synth import PRESETS, SynthOptions, synthesize
 from mtia_trace.synth import estimate as budget
@@ -15,7 +16,9 @@ _PRESETS_HELP = "; ".join(f"{n}: {m.doc}" for n, m in PRESETS.items())
 
 
 def synth(
-    out: Path = typer.Option(..., "-o", "--out", help="Output directory (one .json.gz per rank)."),
+    out: Path = typer.Option(None, "-o", "--output",
+                             help="Output directory (one .json.gz per rank; required)."),
+    old_out: Path = OLD_OUT_OPTION,
     preset: str = typer.Option("dlrm-dcnv2", "--preset", help=f"Built-in model. {_PRESETS_HELP}."),
     model: Path | None = typer.Option(None, "--model", help="Custom model file (TOML/JSON: tables "
                                       "[rows, dim, pooling], bottom_mlp, top_mlp, batch); overrides --preset."),
@@ -34,6 +37,9 @@ def synth(
         "the model's."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output directory."),
 ) -> None:
+    out = out if out is not None else old_out
+    if out is None:
+        raise UsageError("synth: no output directory; add -o DIR")
     opts = SynthOptions(preset=preset, model_file=str(model) if model else None, ranks=ranks,
                         steps=steps, batch=batch, sharding=sharding, mode=mode, seed=seed,
                         source_hw=source_hw, zipf=zipf, host_overhead=host_overhead)

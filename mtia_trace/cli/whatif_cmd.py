@@ -22,7 +22,7 @@ def whatif(
                                 "(user annotations), rank."),
     speedup: float = typer.Option(2.0, "--speedup", help="How much faster each group gets."),
     source_hw: str = SOURCE_HW_OPTION,
-    fmt: Format = FORMAT_OPTION,
+    fmt: str = FORMAT_OPTION,  # a `Format` once parsed
     out: Path = OUTPUT_OPTION,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ) -> None:
