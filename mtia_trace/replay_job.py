@@ -14,9 +14,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from mtia_trace import ingest
 from mtia_trace.errors import UsageError
-from mtia_trace.ingest import file_facts
 from mtia_trace.storage import TABLES, check_destination, write_run
+from replay.attribution import unexplained_summary
+from replay.costs import AsMeasured
+from replay.distributed import driver
+from replay.hardware import load_spec, model_for
+from replay.hardware.source import with_source
+from replay.run import replay_events
 from replay.whatif import parse_whatifs
 
 AS_MEASURED = "as-measured"
@@ -75,8 +81,6 @@ def destinations(trace: Path, hws: list[str], out: Path | None) -> dict[str, Pat
 
 def cost_model(hw: str, opts: ReplayOptions) -> tuple[object, dict, dict]:
     """(cost model, spec dict for run.json, assumed values) for one target."""
-    from replay.costs import AsMeasured
-
     if hw == AS_MEASURED:
         if opts.overrides:
             raise UsageError("--set: as-measured replay has no hardware spec to override; "
@@ -85,8 +89,6 @@ def cost_model(hw: str, opts: ReplayOptions) -> tuple[object, dict, dict]:
             raise UsageError("--loss-rate: as-measured replay keeps measured durations; "
                              "add --hw mtia300 (or another spec)")
         return AsMeasured(), {"name": AS_MEASURED}, {}
-    from replay.hardware import load_spec, model_for
-
     spec = load_spec(hw, opts.overrides)
     model = model_for(spec, mode=opts.mode.value, loss_rate=opts.loss_rate, seed=opts.seed)
     return model, spec.to_dict(), {k: spec.value(k) for k in spec.assumed()}
@@ -117,14 +119,9 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
                              "without --scheduler/--workers")
         return _replay_distributed(trace, dests, models, opts, say)
 
-    from mtia_trace.ingest import load
-    from replay.attribution import unexplained_summary  # with replay.run: loaded per replay
-    from replay.hardware.source import with_source
-    from replay.run import replay_events
-
     say(f"ingesting {trace}")
     t0 = time.perf_counter()
-    tr = load(trace, progress=lambda f, i, n: say(f"reading {f} ({i + 1}/{n})"))
+    tr = ingest.load(trace, progress=lambda f, i, n: say(f"reading {f} ({i + 1}/{n})"))
     t_ingest = time.perf_counter() - t0
     warnings = [str(w) for w in getattr(tr, "warnings", []) or []]
     for w in warnings:
@@ -146,7 +143,7 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
             "spec": spec,
             "options": _options_meta(h, opts),
             "seed": opts.seed,
-            "traces": file_facts(tr) or [{"path": str(trace)}],
+            "traces": ingest.file_facts(tr) or [{"path": str(trace)}],
             "assumptions": {"spec": assumed, "model": dict(getattr(result, "notes", {}) or {})},
             "warnings": warnings,
             "timings_s": {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)},
@@ -163,16 +160,14 @@ def _replay_distributed(trace: Path, dests: dict[str, Path], models: dict, opts:
     if opts.loss_rate:
         raise UsageError("--loss-rate: loss draws are not yet partitioned across workers; "
                          "replay with loss without --scheduler/--workers")
-    from replay.distributed.driver import replay_distributed, session
-
     steps: dict[str, pa.Table] = {}
-    with session(opts.scheduler, opts.workers) as client:
+    with driver.session(opts.scheduler, opts.workers) as client:
         for h in opts.hws:
             model, spec, assumed = models[h]
             say(f"replaying on {h} (distributed)")
             meta = {"hardware": h, "spec": spec, "seed": opts.seed,
                     "options": _options_meta(h, opts), "assumptions": {"spec": assumed}}
-            steps[h], _ = replay_distributed(trace, model, dests[h], meta, client=client,
-                                             force=opts.force, source_hw=opts.source_hw,
-                                             progress=say)
+            steps[h], _ = driver.replay_distributed(trace, model, dests[h], meta,
+                                                    client=client, force=opts.force,
+                                                    source_hw=opts.source_hw, progress=say)
     return steps

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from mtia_trace import schema
 from replay.critical_path import CAT, NCAT, PathTables, Walk, walk
-from replay.graph import EDGE_CODE, Graph, event_times
+from replay.graph import EDGE_CODE, Graph, _is_in, event_times
 from replay.scheduler import Schedule
 
 REL_TOL = 1e-6
@@ -121,8 +121,6 @@ def unexplained_summary(steps: pa.Table) -> dict[str, float]:
 
 def passive_events(events: pa.Table) -> np.ndarray:
     """Annotations and instants: they mark time, they are not work."""
-    from replay.graph import _is_in
-
     return _is_in(events, "kind", ["annotation", "instant"])
 
 

@@ -15,7 +15,9 @@ import pyarrow as pa
 
 from mtia_trace.errors import UsageError
 from mtia_trace.schema import ATTRIBUTION
+from replay.graph import build_graph
 from replay.hardware import load_spec, model_for
+from replay.run import replay_events
 from replay.whatif import WhatIf, parse_whatifs
 
 #: Grid size beyond which a sweep is refused (each point is a full replay).
@@ -65,9 +67,6 @@ def sweep(events: pa.Table, hw: str, axes: list[tuple[str, list[str]]],
 
     ``whatifs``: an extra axis ``whatif`` whose values are no what-if (``none``, first) and each
     ``SELECTOR:CHANGE`` given (`replay.whatif`)."""
-    from replay.graph import build_graph
-    from replay.run import replay_events
-
     base = list(base_overrides or [])
     spec_points = grid(axes)
     wi_axis: list[WhatIf | None] = [None, *parse_whatifs(whatifs)] if whatifs else [None]

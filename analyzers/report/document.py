@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from analyzers.report import fmt
+
 
 @dataclass(frozen=True)
 class Heading:
@@ -54,8 +56,6 @@ Block = Heading | Paragraph | Items | Table | Figure | Timeline
 def table_from_arrow(table: object, *, limit: int = 10, cell=None) -> Table:
     """A document table from a pyarrow table: the first ``limit`` rows, cells formatted."""
     import pyarrow as pa
-
-    from analyzers.report import fmt
 
     assert isinstance(table, pa.Table)
     cell = cell or fmt.cell

@@ -22,10 +22,11 @@ import pyarrow as pa
 
 from mtia_trace.errors import TraceFormatError, UsageError
 from mtia_trace.ingest import trace_files
-from mtia_trace.storage import begin_run, write_run
+from mtia_trace.storage import begin_run, partition_path, write_run
 from replay import pipeline
 from replay.attribution import unexplained_summary
 from replay.distributed import shard as S
+from replay.hardware.source import resolve_source
 
 #: Seconds to wait for a scheduler before giving up.
 CONNECT_TIMEOUT_S = 10
@@ -277,8 +278,6 @@ def _check_partitions(tmp: Path, ranks: list[int], events: int) -> None:
     is left; the partitions hold all the events the shards replayed."""
     import pyarrow.parquet as pq
 
-    from mtia_trace.storage import partition_path
-
     for table in ("events", "edges"):
         d = tmp / table
         for f in d.glob(".*"):  # a write interrupted by a lost worker (replaced by its retry)
@@ -296,11 +295,6 @@ def _sorted(t: pa.Table, keys: list[str]) -> pa.Table:
 
 
 def _source(facts: list[dict], given: str | None) -> tuple[str | None, str]:
-    try:
-        from replay.hardware.source import resolve_source
-    except ImportError:
-        return None, ""
-
     class _T:  # the files' device names, as `resolve_source` reads them
         files = [type("F", (), {"device_properties": [{"name": d} for d in f["devices"]]})()
                  for f in facts]
