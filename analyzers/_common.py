@@ -8,12 +8,7 @@ import duckdb
 import pyarrow as pa
 
 from mtia_trace.runs import to_arrow
-
-#: Kinds that count as computation when measuring overlap with communication (HTA's split:
-#: every kernel that is neither communication nor a memory copy / set).
-COMPUTE_KINDS = ("gemm", "conv", "attention", "embedding", "elementwise", "reduction",
-                 "optimizer", "other")
-COMM_KINDS = ("collective", "p2p")
+from mtia_trace.schema import COMM_KINDS, COMPUTE_KINDS
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
@@ -22,8 +17,10 @@ def run_sql(con: duckdb.DuckDBPyConnection, name: str) -> pa.Table:
     return to_arrow(con.sql(sql))
 
 
-#: Kinds that move memory (HTA's "memory" share of device time).
-MEMORY_KINDS = ("memcpy", "memset")
+
+def sql_list(values: tuple[str, ...]) -> str:
+    """A SQL ``IN`` list of string literals (kind groups from `mtia_trace.schema`)."""
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
 def work_events(con: duckdb.DuckDBPyConnection, columns: str,
@@ -33,10 +30,9 @@ def work_events(con: duckdb.DuckDBPyConnection, columns: str,
 
     Device events where the rank has any; otherwise (CPU-only traces) its host ops.
     """
-    kinds_sql = ", ".join(f"'{k}'" for k in kinds)
     return to_arrow(con.sql(f"""
-        SELECT {columns}, kind IN ('collective', 'p2p') AS is_comm
+        SELECT {columns}, kind IN ({sql_list(COMM_KINDS)}) AS is_comm
         FROM events
-        WHERE ph = 'X' AND end_us > start_us AND kind IN ({kinds_sql})
+        WHERE ph = 'X' AND end_us > start_us AND kind IN ({sql_list(kinds)})
           AND (is_device OR rank NOT IN (SELECT DISTINCT rank FROM events WHERE is_device))
         ORDER BY rank, start_us, event_id"""))

@@ -13,8 +13,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzers._common import COMM_KINDS, COMPUTE_KINDS, MEMORY_KINDS
 from mtia_trace.runs import to_arrow
+from mtia_trace.schema import COMM_KINDS, COMPUTE_KINDS, MEMORY_KINDS
 from replay.intervals import covered, union
 
 NAME = "device_time"

@@ -12,8 +12,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from analyzers._common import COMM_KINDS, COMPUTE_KINDS, MEMORY_KINDS, work_events
+from analyzers._common import work_events
 from mtia_trace.runs import to_arrow
+from mtia_trace.schema import DEVICE_KINDS
 from replay.intervals import union
 
 NAME = "idle"
@@ -49,7 +50,7 @@ def _gaps(s: np.ndarray, e: np.ndarray, bound: np.ndarray, lo: float, hi: float
 
 def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
     work = work_events(con, "rank, start_us, end_us, coalesce(bound_by, 'none') AS bound_by",
-                       COMPUTE_KINDS + COMM_KINDS + MEMORY_KINDS)
+                       DEVICE_KINDS)
     steps = to_arrow(con.sql("SELECT rank, start_us, end_us, total_us FROM steps ORDER BY rank, "
                              "step"))
     rank = work.column("rank").to_numpy()

@@ -45,11 +45,32 @@ KINDS: tuple[str, ...] = (
     "other",        # anything unrecognised; kept, never dropped
 )
 
+# Kind groups: every "kind in set" test in the code names one of these (or a union of them).
+# They partition `KINDS` (tests/test_schema.py): DEVICE_KINDS, HOST_KINDS, CONTROL_KINDS and
+# PASSIVE_KINDS; DEVICE_KINDS splits into COMPUTE_KINDS, MEMORY_KINDS and COMM_KINDS.
+
+#: Computation: priced by the compute/fetch roofline, stretched by the overlap slowdown, and
+#: HTA's "compute" share (every kernel that is neither communication nor a memory copy / set).
+COMPUTE_KINDS: tuple[str, ...] = ("gemm", "conv", "attention", "embedding", "elementwise",
+                                  "reduction", "optimizer", "other")
+#: Computation whose arithmetic runs at the matrix-engine (GEMM) efficiency.
+GEMM_KINDS: tuple[str, ...] = ("gemm", "conv", "attention")
+#: Computation whose FLOPs and bytes ingest (and synth) derive from the recorded input shapes.
+SHAPE_KINDS: tuple[str, ...] = ("gemm", "conv", "embedding", "elementwise", "reduction")
+#: Memory copies and sets (HTA's "memory" share of device time).
+MEMORY_KINDS: tuple[str, ...] = ("memcpy", "memset")
+#: Communication: collectives and point-to-point transfers.
+COMM_KINDS: tuple[str, ...] = ("collective", "p2p")
+#: Work whose duration is data movement, costed as ``fetch``: copies, sets, embedding lookups.
+FETCH_KINDS: tuple[str, ...] = (*MEMORY_KINDS, "embedding")
 #: Device-work kinds: what a device stream (or, in CPU-only traces, a leaf host op) executes.
-DEVICE_KINDS = frozenset(
-    {"gemm", "conv", "attention", "embedding", "elementwise", "reduction", "memcpy", "memset",
-     "collective", "p2p", "optimizer", "other"}
-)
+DEVICE_KINDS: tuple[str, ...] = (*COMPUTE_KINDS, *MEMORY_KINDS, *COMM_KINDS)
+#: CPU-side framework ops without a better kind.
+HOST_KINDS: tuple[str, ...] = ("host_op",)
+#: Runtime calls and sync markers: they launch and wait for work, they are not work.
+CONTROL_KINDS: tuple[str, ...] = ("runtime", "sync")
+#: Annotations and instants: they mark time, they are not work.
+PASSIVE_KINDS: tuple[str, ...] = ("annotation", "instant")
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ from typing import Any
 import pandas as pd
 
 from mtia_trace.ingest import Trace
+from mtia_trace.schema import CONTROL_KINDS, PASSIVE_KINDS
 
 #: Kinds that are not work of their own (excluded from "top ops by time").
-_NOT_WORK = ("annotation", "instant", "runtime", "sync")
+_NOT_WORK = (*PASSIVE_KINDS, *CONTROL_KINDS)
 
 
 @dataclass

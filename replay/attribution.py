@@ -121,7 +121,7 @@ def unexplained_summary(steps: pa.Table) -> dict[str, float]:
 
 def passive_events(events: pa.Table) -> np.ndarray:
     """Annotations and instants: they mark time, they are not work."""
-    return _is_in(events, "kind", ["annotation", "instant"])
+    return _is_in(events, "kind", schema.PASSIVE_KINDS)
 
 
 def attribute_steps(events: pa.Table, g: Graph, s: Schedule, pt: PathTables

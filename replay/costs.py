@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mtia_trace.schema import COMM_KINDS, FETCH_KINDS
+
 #: Costing-input column keeping each event's measured duration (``dur_us`` there is corrected:
 #: a collective's transfer part, a synchronize call's return latency), for models that need the
 #: measured schedule (e.g. where compute overlapped communication in the trace).
@@ -22,9 +24,6 @@ MEASURED_DUR = "measured_dur_us"
 
 #: The per-event cost components; they sum to `EventCosts.dur_us`.
 COMPONENTS: tuple[str, ...] = ("compute", "fetch", "collective", "retry", "host")
-#: Kinds whose device events are compute (stretched by the overlap slowdown).
-COMPUTE_KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "optimizer", "embedding",
-                 "other")
 #: Column of the costing input (`replay.pipeline.costing_input`) that keeps each event's measured
 #: duration (``dur_us`` there is corrected: transfer parts, return latencies).
 MEASURED_DUR = "measured_dur_us"
@@ -98,8 +97,8 @@ def split_by_kind(events: pa.Table, dur_us: np.ndarray) -> EventCosts:
     n = len(kind)
     zeros = lambda: np.zeros(n, dtype=np.float64)  # noqa: E731
     c = EventCosts(zeros(), zeros(), zeros(), zeros(), zeros())
-    comm = np.isin(kind, ["collective", "p2p"])
-    fetch = np.isin(kind, ["memcpy", "memset", "embedding"])
+    comm = np.isin(kind, COMM_KINDS)
+    fetch = np.isin(kind, FETCH_KINDS)
     host = ~is_dev & ~comm & ~fetch
     comp = ~(comm | fetch | host | device_waits(events))
     c.collective_us[comm] = dur_us[comm]

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mtia_trace.schema import PASSIVE_KINDS
 from replay.attribution import step_windows
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
 from replay.graph import Graph, build_graph
@@ -34,8 +35,6 @@ from replay.whatif import (
 
 #: Group dimensions of the causal profile, in the order they are listed.
 GROUP_BY = ("kind", "name", "scope", "rank")
-#: Kinds that are not work (they mark time).
-PASSIVE_KINDS = ("annotation", "instant")
 
 
 @dataclass

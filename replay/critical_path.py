@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mtia_trace import schema
+from replay.costs import COMPONENTS
 from replay.graph import EDGE_CODE, Graph
 from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule
 
@@ -52,13 +53,10 @@ class PathTables:
     ucum: np.ndarray        # (npos + 1,): per-track prefix sums of the unexplained overlay
 
 
-_COST_CATS = ("compute", "fetch", "collective", "retry", "host")
-
-
 def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTables:
     order = g.order
     npos = len(order)
-    cats = [c for c in _COST_CATS if c == "host" or comps[c].any()]
+    cats = [c for c in COMPONENTS if c == "host" or comps[c].any()]
     act = np.array(sorted({CAT[c] for c in cats} | {CAT["host"], CAT["idle"]}), dtype=np.int64)
     row = {int(c): i for i, c in enumerate(act.tolist())}
     # per-event fractions of the active cost categories

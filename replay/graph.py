@@ -224,7 +224,7 @@ def event_arrays(events: pa.Table) -> EventArrays:
     is_dev = _col(events, "is_device").astype(bool)
     t0, ts, end = event_times(events)
     ts_k, end_k = time_keys(events)
-    passive = _is_in(events, "kind", ["annotation", "instant"])
+    passive = _is_in(events, "kind", schema.PASSIVE_KINDS)
     runs = _track_runs(rank, _codes(events, "track"))
     ntr = len(runs) - 1
     return EventArrays(
@@ -242,12 +242,13 @@ def event_arrays(events: pa.Table) -> EventArrays:
         coll_seq=_col(events, "coll_seq").astype(np.int64),
         is_sync_kind=_is_in(events, "kind", ["sync"]),
         is_memcpy=_is_in(events, "kind", ["memcpy"]),
-        is_comm=_is_in(events, "kind", ["collective", "p2p"]),
+        is_comm=_is_in(events, "kind", schema.COMM_KINDS),
         passive=passive,
         dev_marker=is_dev & passive,
         host_marker=_is_in(events, "name", HOST_WAIT_MARKERS),
-        sync_named=_sync_named(events,
-                               ~is_dev & _is_in(events, "kind", ["runtime", "sync", "other"])),
+        # host calls that may be synchronize calls: runtime calls, sync markers, unrecognised
+        sync_named=_sync_named(events, ~is_dev & _is_in(events, "kind",
+                                                        (*schema.CONTROL_KINDS, "other"))),
         runs=runs,
         tr_of=np.repeat(np.arange(ntr), np.diff(runs)) if n else np.zeros(0, dtype=np.int64),
         tr_dev=is_dev[runs[:-1]] if ntr else np.zeros(0, dtype=bool),

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mtia_trace.schema import COMM_KINDS
 from replay.groups import runs
 
 
@@ -45,7 +46,7 @@ def overlap_fraction(events: pa.Table, start: np.ndarray, end: np.ndarray) -> np
     (kinds collective, p2p) of its rank; 0 for communication and host events."""
     rank = events.column("rank").to_numpy()
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
-    comm = pc.is_in(events.column("kind"), value_set=pa.array(["collective", "p2p"]))
+    comm = pc.is_in(events.column("kind"), value_set=pa.array(COMM_KINDS))
     comm = is_dev & comm.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
     frac = np.zeros(len(rank))
     dev = np.flatnonzero(is_dev)

@@ -33,8 +33,9 @@ import pandas as pd
 import pyarrow as pa
 
 from mtia_trace import schema
+from mtia_trace.schema import COMPUTE_KINDS
 from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
-from replay.costs import COMPONENTS, COMPUTE_KINDS, MEASURED_DUR, CostModel, device_waits
+from replay.costs import COMPONENTS, MEASURED_DUR, CostModel, device_waits
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import EDGE_CODE, Graph, _is_in
 from replay.intervals import overlap_fraction
@@ -241,14 +242,14 @@ def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np
     span = end - start
     cols = {f.name: events.column(f.name) for f in schema.EVENTS_SCHEMA}
     extra: dict[str, np.ndarray] = {"start_us": start + g.t0, "end_us": end + g.t0}
-    for c in ("compute", "fetch", "collective", "retry", "host"):
+    for c in COMPONENTS:
         extra[f"{c}_us"] = np.where(leaf, comps[c], 0.0)
     # containers (host events with children): their span is host time around their children
     extra["host_us"] = np.where(leaf, extra["host_us"], span)
     extra["queue_us"] = s.queue
     arrays = [cols[f.name] for f in schema.EVENTS_SCHEMA]
     arrays += [pa.array(extra["start_us"]), pa.array(extra["end_us"])]
-    arrays += [pa.array(extra[f"{c}_us"]) for c in ("compute", "fetch", "collective", "retry", "host")]
+    arrays += [pa.array(extra[f"{c}_us"]) for c in COMPONENTS]
     arrays += [pa.array(extra["queue_us"]), names, pa.array(bsrc),
                pa.array(crit), pa.array(s.coll_wait)]
     return pa.Table.from_arrays(arrays, schema=schema.REPLAYED_EVENTS_SCHEMA)

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
+from mtia_trace.schema import COMM_KINDS
 from replay.costs import COMPONENTS
 from replay.graph import EDGE_CODE, Graph
 
@@ -330,7 +331,7 @@ def _main_component(events: pa.Table) -> np.ndarray:
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
     out = np.full(len(kind), COMPONENTS.index("host"), dtype=np.int64)
     out[is_dev] = COMPONENTS.index("compute")
-    out[np.isin(kind, ["collective", "p2p"])] = COMPONENTS.index("collective")
+    out[np.isin(kind, COMM_KINDS)] = COMPONENTS.index("collective")
     return out
 
 

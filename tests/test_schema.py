@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import re
+from itertools import combinations
+from pathlib import Path
+
 import pytest
 
 from mtia_trace import schema
@@ -36,3 +40,34 @@ def test_attribution_columns_present_in_steps():
     names = schema.STEPS_SCHEMA.names
     for a in schema.ATTRIBUTION:
         assert f"{a}_us" in names
+
+
+def test_kind_groups_partition_the_kinds():
+    top = (schema.DEVICE_KINDS, schema.HOST_KINDS, schema.CONTROL_KINDS, schema.PASSIVE_KINDS)
+    device = (schema.COMPUTE_KINDS, schema.MEMORY_KINDS, schema.COMM_KINDS)
+    for parts, whole in ((top, schema.KINDS), (device, schema.DEVICE_KINDS)):
+        flat = [k for part in parts for k in part]
+        assert len(flat) == len(set(flat)), f"kind groups overlap: {flat}"
+        assert set(flat) == set(whole)
+    assert set(schema.GEMM_KINDS) <= set(schema.COMPUTE_KINDS)
+    assert set(schema.SHAPE_KINDS) <= set(schema.COMPUTE_KINDS)
+    assert set(schema.FETCH_KINDS) <= set(schema.DEVICE_KINDS)
+
+
+def test_sql_kind_lists_are_schema_groups():
+    """A literal SQL ``kind IN ('...', ...)`` list (analyzer SQL files, SQL in the code) is one
+    of the schema's kind groups, or a union of them."""
+    groups = {n: set(v) for n, v in vars(schema).items() if n.endswith("_KINDS") and n != "KINDS"}
+    unions = {frozenset().union(*c) for r in (1, 2, 3) for c in combinations(groups.values(), r)}
+    root = Path(__file__).parent.parent
+    lists = []
+    for pkg in ("mtia_trace", "replay", "analyzers"):
+        for f in sorted((root / pkg).rglob("*")):
+            if f.suffix not in (".sql", ".py"):
+                continue
+            text = f.read_text(encoding="utf-8")
+            for m in re.finditer(r"\bkind\s+(?:NOT\s+)?IN\s*\(('[^)]*)\)", text, re.I):
+                lists.append((f.name, frozenset(re.findall(r"'([^']*)'", m.group(1)))))
+    assert len(lists) >= 3, "kind lists not found in the analyzer SQL (the pattern is stale)"
+    bad = [(f, sorted(k)) for f, k in lists if k not in unions]
+    assert not bad, f"kind lists that are no schema group: {bad}"

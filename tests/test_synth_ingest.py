@@ -96,7 +96,7 @@ def h100_2rank(tmp_path_factory):
 
 
 def _overlap(events):
-    from replay.costs import COMPUTE_KINDS
+    from mtia_trace.schema import COMPUTE_KINDS
     from replay.intervals import overlap_fraction
 
     df = events.to_pandas()

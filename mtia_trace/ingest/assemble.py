@@ -24,7 +24,6 @@ from mtia_trace.ingest.kineto import RawFile
 from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
 from mtia_trace.ingest.shapes import op_cost, parse_size, table_bytes
 
-_SHAPE_KINDS = ("gemm", "conv", "embedding", "elementwise", "reduction")
 _DEVICE_SYNC = re.compile(r"^(cuda|hip)DeviceSynchronize$")
 _STREAM_SYNC = re.compile(r"^((cuda|hip)StreamSynchronize|synchronizeStream|synchronize|"
                           r"(cuda|hip)StreamWaitEvent|(cuda|hip)EventSynchronize|"
@@ -271,7 +270,7 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     arg_rows = np.flatnonzero(pd.Series(args, dtype=object, copy=False).notna().to_numpy())
     with_args = np.zeros(n, dtype=bool)
     with_args[arg_rows] = True
-    shape_kind = _isin(kind, _SHAPE_KINDS)
+    shape_kind = _isin(kind, schema.SHAPE_KINDS)
     host_shape = np.flatnonzero(with_args & ~is_dev & shape_kind)
     lists = RawLists()
     if len(host_shape):
@@ -306,12 +305,12 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         own_flops, own_bytes = _arg_floats(present, "flops"), _arg_floats(present, "bytes")
         has = ~np.isnan(own_flops)
         flops[arg_rows[has]] = own_flops[has]
-        copy = (kind[arg_rows] == "memcpy") | (kind[arg_rows] == "memset")
+        copy = _isin(kind[arg_rows], schema.MEMORY_KINDS)
         has = ~np.isnan(own_bytes) & ~(copy & is_dev[arg_rows])
         rows, total = arg_rows[has], own_bytes[has]
         wr[rows] = np.minimum(wr[rows], total)
         rd[rows] = total - wr[rows]
-    copies = np.flatnonzero(with_args & is_dev & ((kind == "memcpy") | (kind == "memset")))
+    copies = np.flatnonzero(with_args & is_dev & _isin(kind, schema.MEMORY_KINDS))
     for i in copies.tolist():
         a = args[i]
         b = parse_size(a.bytes if a.bytes is not None else a.size if a.size is not None else a.mem_size)
@@ -347,7 +346,7 @@ def _inherit(cols: dict[str, Any]) -> None:
     kind, is_dev, rank, ext = cols["kind"], cols["is_device"], cols["rank"], cols["external_id"]
     launch, parent, cat = cols["launch_id"], cols["parent_id"], cols["cat"]
     flops, rd, wr, dtype = cols["flops"], cols["bytes_read"], cols["bytes_written"], cols["dtype"]
-    dev = np.flatnonzero(is_dev & ~_isin(kind, ("memcpy", "memset", "sync", "annotation"))
+    dev = np.flatnonzero(is_dev & ~_isin(kind, (*schema.MEMORY_KINDS, "sync", "annotation"))
                          & (flops == 0) & (rd == 0))
     if not len(dev):
         return

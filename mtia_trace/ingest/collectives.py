@@ -22,6 +22,7 @@ import pandas as pd
 from mtia_trace.ingest.classify import coll_op_of
 from mtia_trace.ingest.decode import Args, RawLists
 from mtia_trace.ingest.shapes import _numel, dtype_size
+from mtia_trace.schema import COMM_KINDS
 
 _SPLIT_OPS = ("all_to_all", "all_gather", "reduce_scatter")
 
@@ -72,7 +73,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     kind, name, rank = cols["kind"], cols["name"], cols["rank"]
     parent, launch, is_dev, ts = cols["parent_id"], cols["launch_id"], cols["is_device"], cols["ts_us"]
     n = len(kind)
-    is_coll = (kind == "collective") | (kind == "p2p")
+    is_coll = np.logical_or.reduce([kind == k for k in COMM_KINDS])
     idx = np.flatnonzero(is_coll)
     warnings: list[str] = []
     coll_op = np.full(n, None, dtype=object)

@@ -28,7 +28,7 @@ import numpy as np
 
 from mtia_trace.ingest.classify import classify, coll_op_of
 from mtia_trace.ingest.shapes import dtype_size, op_cost
-from mtia_trace.schema import from_columns
+from mtia_trace.schema import SHAPE_KINDS, from_columns
 from mtia_trace.synth import costing as C
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.sharding import Collective, Groups
@@ -379,7 +379,7 @@ def leaf_work(leaf: Leaf, ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     dtype = None
     for r, a in enumerate(per):
         dims, types = a.get("Input Dims"), a.get("Input type")
-        if kind in _SHAPE_KINDS:
+        if kind in SHAPE_KINDS:
             fl, rd, wr, dtype = op_cost(kind, leaf.name, dims, types, None)
         else:
             fl = rd = wr = 0.0
@@ -393,7 +393,6 @@ def leaf_work(leaf: Leaf, ranks: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return out[0], out[1], out[2], dtype
 
 
-_SHAPE_KINDS = ("gemm", "conv", "embedding", "elementwise", "reduction")
 _TORCH_TYPE = {"Float": "float", "Long": "long int", "Int": "int", "BFloat16": "c10::BFloat16",
                "Half": "c10::Half"}
 

@@ -14,14 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mtia_trace.schema import KINDS
+from mtia_trace.schema import COMPUTE_KINDS, GEMM_KINDS, KINDS
 from replay.hardware.spec import HardwareSpec
-
-#: Kinds whose arithmetic runs at the GEMM efficiency.
-GEMM_KINDS = ("gemm", "conv", "attention")
-#: Kinds priced by the compute/fetch roofline (device work other than copies and collectives).
-ROOFLINE_KINDS = ("gemm", "conv", "attention", "embedding", "elementwise", "reduction",
-                  "optimizer", "other")
 
 
 def kind_codes(kind: pa.ChunkedArray) -> np.ndarray:
@@ -141,7 +135,7 @@ def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: 
     link_bw = float(spec.value("host.link_GBps")) * 1e3
 
     eff = np.where(kind_mask(kind, *GEMM_KINDS), eff_gemm, eff_other)
-    priced = kind_mask(kind, *ROOFLINE_KINDS)
+    priced = kind_mask(kind, *COMPUTE_KINDS)  # the roofline prices computation
     t_c = np.where(priced, flops / (peak * eff), 0.0)
     t_m = np.where(kind == KINDS.index("embedding"), bytes_rw * us_per_gather_byte, bytes_rw / stream_bw)
     t_m = np.where(priced, t_m, 0.0)

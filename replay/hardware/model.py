@@ -41,13 +41,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from mtia_trace.schema import KINDS, TABLE_BYTES_KEY
-from replay.costs import MEASURED_DUR, EventCosts
+from mtia_trace.schema import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    FETCH_KINDS,
+    GEMM_KINDS,
+    KINDS,
+    MEMORY_KINDS,
+    TABLE_BYTES_KEY,
+)
+from replay.costs import COMPONENTS, MEASURED_DUR, EventCosts
 from replay.hardware import collectives as coll_mod
 from replay.hardware import interference as inter_mod
 from replay.hardware.compute import (
-    GEMM_KINDS,
-    ROOFLINE_KINDS,
     element_bytes,
     is_link_copy,
     kind_codes,
@@ -72,15 +78,15 @@ MODES = ("auto", "roofline", "scaled")
 POOL_CLASSES = {"links": ("in-node links", "NICs"), "engines": ("message engines",)}
 #: passes of the inverse that takes the source's interference out of measured work
 _INVERSE_PASSES = 3
-WORK_KINDS = (*ROOFLINE_KINDS, "memcpy", "memset")
-COMM_KINDS = ("collective", "p2p")
+#: device work the model prices (computation by the roofline, copies by their links)
+WORK_KINDS = (*COMPUTE_KINDS, *MEMORY_KINDS)
 
 
 def _measured_split(kind: np.ndarray, is_dev: np.ndarray, dur: np.ndarray) -> EventCosts:
     """Measured durations split by kind, as `replay.costs.split_by_kind` does (on kind codes)."""
     z = np.zeros(len(dur))
     comm = kind_mask(kind, *COMM_KINDS)
-    fetch = kind_mask(kind, "memcpy", "memset", "embedding")
+    fetch = kind_mask(kind, *FETCH_KINDS)
     host = ~is_dev & ~comm & ~fetch
     comp = ~(comm | fetch | host)
     return EventCosts(np.where(comp, dur, z), np.where(fetch, dur, z), np.where(comm, dur, z),
@@ -249,7 +255,7 @@ class HardwareModel:
                 sc_m = np.divide(ptm, tt, out=np.zeros_like(tt), where=tt > 0)
                 src_mem[sub] = np.divide(stm, ts, out=np.zeros_like(ts), where=ts > 0)
             else:
-                sc_c = np.where(kind_mask(k, "memcpy", "memset", "embedding"), 0.0, d)
+                sc_c = np.where(kind_mask(k, *FETCH_KINDS), 0.0, d)
                 sc_f = d - sc_c
                 sc_m = np.where(sc_f > 0, 1.0, 0.0)
             use_roof = data if mode == "roofline" else np.zeros(len(sub), dtype=bool)
@@ -258,7 +264,7 @@ class HardwareModel:
             roof_t = tc + tf
             mem_share[sub] = np.where(use_roof, np.divide(tm, roof_t, out=np.zeros_like(tm),
                                                           where=roof_t > 0), sc_m)
-            for name in ("compute", "fetch", "collective", "retry", "host"):
+            for name in COMPONENTS:
                 getattr(costs, f"{name}_us")[sub] = 0.0
             costs.compute_us[sub] = compute
             costs.fetch_us[sub] = fetch
@@ -363,7 +369,7 @@ class HardwareModel:
             wire = inter_mod.wire_bytes(comm.op, comm.bytes_in, comm.bytes_out, comm.group)
             hbm[i] = inter_mod.hbm_share(spec, wire, coll.collective_us)[comm.known]
         return inter_mod.Interference(
-            rank=_np(events, "rank", np.int64), victim=is_dev & kind_mask(kind, *ROOFLINE_KINDS),
+            rank=_np(events, "rank", np.int64), victim=is_dev & kind_mask(kind, *COMPUTE_KINDS),
             grid=grid, mem_share=mem_share, comm=is_comm, held=held, hbm=hbm, sm_count=sm,
             beta=inter_mod.contention(spec))
 
@@ -423,7 +429,7 @@ class HardwareModel:
         c = coll_mod.collective_costs(self.spec, comm.op, comm.bytes_in, comm.bytes_out,
                                       comm.group, local=comm.local, nodes=comm.nodes, share=share)
         sel = idx[known]
-        for name in ("compute", "fetch", "collective", "retry", "host"):
+        for name in COMPONENTS:
             getattr(costs, f"{name}_us")[sel] = 0.0
         costs.collective_us[sel] = c.collective_us[known]
         costs.host_us[sel] = c.post_us[known]
