@@ -1,14 +1,15 @@
 """Raw per-file columns -> the canonical events table (schema.EVENTS_SCHEMA).
 
 All steps are array operations over every rank at once; Python loops run over ranks, distinct
-(cat, name) pairs, or the few events that carry shapes.
+(cat, name) pairs, or the few events that carry shapes. `build` lists the steps in order: each
+reads the sorted `Rows` and the columns earlier steps derived, and returns what it derives.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
@@ -22,6 +23,7 @@ from mtia_trace.ingest.classify import classify
 from mtia_trace.ingest.decode import RawLists
 from mtia_trace.ingest.kineto import RawFile
 from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
+from mtia_trace.ingest.rows import Rows
 from mtia_trace.ingest.shapes import op_cost, parse_size, table_bytes
 
 _DEVICE_SYNC = re.compile(r"^(cuda|hip)DeviceSynchronize$")
@@ -48,7 +50,7 @@ def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
             del r.cols[key]
     cols["rank"] = np.concatenate([np.full(r.info.n_events, r.info.rank, dtype=np.int32) for r in raws])
     # file index per row; the path strings are made once per file at the end
-    cols["_file"] = np.repeat(np.arange(len(raws), dtype=np.int32), [r.info.n_events for r in raws])
+    cols["file"] = np.repeat(np.arange(len(raws), dtype=np.int32), [r.info.n_events for r in raws])
     args = np.empty(n, dtype=object)
     pos = 0
     for r in raws:
@@ -58,68 +60,72 @@ def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
     return cols, args
 
 
-def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[Rows, np.ndarray]:
+    """The rows in events-table order (rank, track, ts_us, longer first), and their args."""
     codes, uniq = pd.factorize(cols["track"])
     rank_of_name = np.argsort(np.argsort(np.asarray(uniq, dtype=str), kind="stable"))
     tcode = rank_of_name[codes]
     order = np.lexsort((-cols["dur_us"], cols["ts_us"], tcode, cols["rank"]))
     for k in list(cols):  # one column at a time: the unsorted copy is freed as we go
         cols[k] = cols[k][order]
-    cols["_tcode"] = tcode[order]
-    return cols, args[order]
+    ncode, nuniq = pd.factorize(cols["name"])
+    rows = Rows(**cols, tcode=tcode[order], name_codes=ncode, name_uniq=nuniq)
+    cols.clear()
+    return rows, args[order]
 
 
-def _name_codes(cols: dict[str, Any]) -> tuple[np.ndarray, Any]:
-    """Codes of the event names and the distinct names (factorized once per build)."""
-    if "_ncode" not in cols:
-        cols["_ncode"], cols["_nuniq"] = pd.factorize(cols["name"])
-    return cols["_ncode"], cols["_nuniq"]
-
-
-def _name_mask(cols: dict[str, Any], test: Callable[[str], bool]) -> np.ndarray:
-    """Per-row boolean of a test on the event name, evaluated once per distinct name."""
-    _name_codes(cols)
-    return np.array([bool(test(s)) for s in cols["_nuniq"]], dtype=bool)[cols["_ncode"]]
-
-
-def _kinds(cols: dict[str, Any]) -> np.ndarray:
-    ccode, cuniq = pd.factorize(cols["cat"], use_na_sentinel=False)
+def _kinds(rows: Rows) -> np.ndarray:
+    """``kind`` per row: `classify` once per distinct (cat, name); instants by their phase."""
+    ccode, cuniq = pd.factorize(rows.cat, use_na_sentinel=False)
     cuniq = [c if isinstance(c, str) else "" for c in cuniq]
-    ncode, nuniq = _name_codes(cols)
+    ncode, nuniq = rows.name_codes, rows.name_uniq
     pair, puniq = pd.factorize(ccode.astype(np.int64) * (len(nuniq) + 1) + ncode)
     kinds = np.array([classify(cuniq[p // (len(nuniq) + 1)], nuniq[p % (len(nuniq) + 1)])
                       for p in puniq.tolist()], dtype=object)
     kind = kinds[pair]
-    kind[cols["ph"] == "i"] = "instant"
+    kind[rows.ph == "i"] = "instant"
     return kind
 
 
-def _steps(cols: dict[str, Any], warnings: list[str]) -> np.ndarray:
+def _nesting(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """(parent_id, depth): host nesting on each track (`nesting.parents`); device rows -1, 0."""
+    n = len(rows)
+    tcode, rank = rows.tcode, rows.rank
+    new_track = np.r_[True, (tcode[1:] != tcode[:-1]) | (rank[1:] != rank[:-1])]
+    track_start = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))
+    host_x = ~rows.is_device & (rows.ph == "X")
+    parent, depth = parents(track_start, rows.ts_us, rows.dur_us, host_x)
+    dev = rows.is_device
+    parent[dev], depth[dev] = -1, 0
+    return parent, depth
+
+
+def _steps(rows: Rows) -> np.ndarray:
     """Host events: the ProfilerStep interval of their rank containing their start."""
-    name, rank, ts, dur = cols["name"], cols["rank"], cols["ts_us"], cols["dur_us"]
+    name, rank, ts, dur = rows.name, rows.rank, rows.ts_us, rows.dur_us
     step = np.full(len(ts), -1, dtype=np.int32)
-    is_step = _name_mask(cols, lambda s: s.startswith("ProfilerStep#")) & ~cols["is_device"]
+    is_step = rows.name_mask(lambda s: s.startswith("ProfilerStep#")) & ~rows.is_device
     # rows are sorted by rank (`_sort`): each rank is one slice
     cut = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
     for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist()):
-        rows = np.arange(lo, hi)
-        srows = rows[is_step[lo:hi]]
+        ids = np.arange(lo, hi)
+        srows = ids[is_step[lo:hi]]
         if not len(srows):
-            step[rows] = 0
+            step[ids] = 0
             continue
         srows = srows[np.argsort(ts[srows], kind="stable")]
         nums = np.array([int(_STEP.match(name[i]).group(1)) if _STEP.match(name[i]) else -1
                          for i in srows.tolist()], dtype=np.int32)
         starts, ends = ts[srows], ts[srows] + dur[srows]
-        k = np.searchsorted(starts, ts[rows], side="right") - 1
-        inside = (k >= 0) & (ts[rows] < ends[np.maximum(k, 0)] + END_TOLERANCE_US)
-        step[rows[inside]] = nums[k[inside]]
+        k = np.searchsorted(starts, ts[ids], side="right") - 1
+        inside = (k >= 0) & (ts[ids] < ends[np.maximum(k, 0)] + END_TOLERANCE_US)
+        step[ids[inside]] = nums[k[inside]]
     return step
 
 
-def _launches(cols: dict[str, Any]) -> np.ndarray:
+def _launches(rows: Rows, kind: np.ndarray) -> np.ndarray:
     """Device event -> event_id of the runtime call with the same (rank, correlation)."""
-    kind, is_dev, corr, rank = cols["kind"], cols["is_device"], cols["correlation"], cols["rank"]
+    is_dev, corr, rank = rows.is_device, rows.correlation, rows.rank
     n = len(kind)
     launch = np.full(n, -1, dtype=np.int64)
     host = np.flatnonzero((kind == "runtime") & ~is_dev & (corr >= 0))
@@ -133,8 +139,10 @@ def _launches(cols: dict[str, Any]) -> np.ndarray:
     return launch
 
 
-def _link_job_dmas(cols: dict[str, Any], args: np.ndarray) -> None:
+def _link_job_dmas(rows: Rows, args: np.ndarray, launch: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """MTIA: link the job-descriptor DMA requests to the runtime call that launched their job.
+    Returns (launch_id, correlation) with those links added.
 
     MTIA `dma_request` events carry no correlation id. On each queue, the firmware fetches a
     job's descriptors as a burst of host-to-device DMA requests sharing one `packet_ptr`
@@ -142,18 +150,19 @@ def _link_job_dmas(cols: dict[str, Any], args: np.ndarray) -> None:
     Other DMA requests (bulk data copies between jobs, the DMA_REQUEST queue) record nothing
     that names a host call — `k_work_ptr` is a recycled ring-buffer slot — and stay unlinked.
     """
-    rows = np.flatnonzero(cols["is_device"] & (cols["cat"] == "mtia_ccp_events"))
-    if not len(rows):
-        return
-    is_dma = cols["name"][rows] == "dma_request"
+    corr = rows.correlation
+    ccp = np.flatnonzero(rows.is_device & (rows.cat == "mtia_ccp_events"))
+    if not len(ccp):
+        return launch, corr
+    is_dma = rows.name[ccp] == "dma_request"
     if not is_dma.any():
-        return
+        return launch, corr
     pk = np.array([-1 if a is None or a.packet_ptr is None else a.packet_ptr
-                   for a in args[rows].tolist()], dtype=np.int64)
-    tcode, rank = cols["_tcode"][rows], cols["rank"][rows]
+                   for a in args[ccp].tolist()], dtype=np.int64)
+    tcode, rank = rows.tcode[ccp], rows.rank[ccp]
     same_next = np.r_[(tcode[1:] == tcode[:-1]) & (rank[1:] == rank[:-1]), False]
-    owner = np.full(len(rows), -1, dtype=np.int64)   # row position of the kernel a DMA feeds
-    for j in range(len(rows) - 2, -1, -1):
+    owner = np.full(len(ccp), -1, dtype=np.int64)   # row position of the kernel a DMA feeds
+    for j in range(len(ccp) - 2, -1, -1):
         if not is_dma[j] or pk[j] < 0 or not same_next[j]:
             continue
         if not is_dma[j + 1]:
@@ -161,42 +170,52 @@ def _link_job_dmas(cols: dict[str, Any], args: np.ndarray) -> None:
         elif owner[j + 1] >= 0 and pk[j + 1] == pk[j]:
             owner[j] = owner[j + 1]
     dma = np.flatnonzero(owner >= 0)
-    kern = rows[owner[dma]]
-    dma = rows[dma]
-    launch, corr = cols["launch_id"], cols["correlation"]
+    kern = ccp[owner[dma]]
+    dma = ccp[dma]
     ok = (launch[kern] >= 0) & (launch[dma] < 0)
+    if not ok.any():
+        return launch, corr
+    launch, corr = launch.copy(), corr.copy()
     launch[dma[ok]] = launch[kern[ok]]
     corr[dma[ok]] = corr[kern[ok]]
+    return launch, corr
 
 
-def _mtia_wait_corr(cols: dict[str, Any], args: np.ndarray, sync_corr: np.ndarray) -> None:
+def _mtia_wait_corr(rows: Rows, args: np.ndarray, corr: np.ndarray, launch: np.ndarray,
+                    sync_corr: np.ndarray) -> np.ndarray:
     """MTIA `event_wait` -> the `event_record` it waits for: same `seq_num` on `wait_on_stream`.
 
-    The wait gets the record's correlation id (records without one stay unlinked).
+    Returns ``sync_corr`` where each such wait (and its launching call) has the record's
+    correlation id (records without one stay unlinked).
     """
-    is_dev, rank, device = cols["is_device"], cols["rank"], cols["device"]
-    recs = np.flatnonzero(is_dev & (cols["name"] == "event_record") & (cols["correlation"] >= 0))
-    waits = np.flatnonzero(is_dev & (cols["name"] == "event_wait") & (sync_corr < 0))
+    is_dev, rank, device = rows.is_device, rows.rank, rows.device
+    recs = np.flatnonzero(is_dev & (rows.name == "event_record") & (corr >= 0))
+    waits = np.flatnonzero(is_dev & (rows.name == "event_wait") & (sync_corr < 0))
     if not len(recs) or not len(waits):
-        return
+        return sync_corr
+    sync_corr = sync_corr.copy()
     by_key = {}
     for i in recs.tolist():
         a = args[i]
         if a is not None and a.seq_num is not None:
-            by_key[(int(rank[i]), int(device[i]), int(cols["stream"][i]), a.seq_num)] = cols["correlation"][i]
+            by_key[(int(rank[i]), int(device[i]), int(rows.stream[i]), a.seq_num)] = corr[i]
     for i in waits.tolist():
         a = args[i]
         if a is not None and a.seq_num is not None and a.wait_on_stream is not None:
             c = by_key.get((int(rank[i]), int(device[i]), a.wait_on_stream, a.seq_num))
             if c is not None:
                 sync_corr[i] = c
-                h = cols["launch_id"][i]
+                h = launch[i]
                 if h >= 0:
                     sync_corr[h] = c
+    return sync_corr
 
 
-def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    kind, is_dev, launch = cols["kind"], cols["is_device"], cols["launch_id"]
+def _syncs(rows: Rows, args: np.ndarray, kind: np.ndarray, launch: np.ndarray,
+           corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sync_stream, sync_corr): what each wait marker and synchronize call waits for (-2: the
+    whole device), copied onto the runtime call that launched a marker."""
+    is_dev = rows.is_device
     n = len(kind)
     sync_stream = np.full(n, -1, dtype=np.int64)
     sync_corr = np.full(n, -1, dtype=np.int64)
@@ -210,7 +229,7 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
         elif a.wait_on_stream is not None and a.wait_on_stream >= 0:
             s = a.wait_on_stream
         elif sk == "Stream Sync":
-            s = int(cols["stream"][i])
+            s = int(rows.stream[i])
         else:
             s = -1
         sync_stream[i] = s
@@ -219,10 +238,11 @@ def _syncs(cols: dict[str, Any], args: np.ndarray) -> tuple[np.ndarray, np.ndarr
         h = launch[i]
         if h >= 0:
             sync_stream[h], sync_corr[h] = sync_stream[i], sync_corr[i]
-    _mtia_wait_corr(cols, args, sync_corr)
+    sync_corr = _mtia_wait_corr(rows, args, corr, launch, sync_corr)
     host_rt = (kind == "runtime") & ~is_dev
-    sync_stream[host_rt & _name_mask(cols, _DEVICE_SYNC.match)] = -2
-    stream_sync = _name_mask(cols, lambda s: bool(_STREAM_SYNC.match(s)) and not s.startswith("enqueueCommand"))
+    sync_stream[host_rt & rows.name_mask(_DEVICE_SYNC.match)] = -2
+    stream_sync = rows.name_mask(lambda s: bool(_STREAM_SYNC.match(s))
+                                 and not s.startswith("enqueueCommand"))
     for i in np.flatnonzero(host_rt & stream_sync & (sync_stream == -1)).tolist():
         a = args[i]
         if a is not None:
@@ -256,16 +276,29 @@ def _arg_floats(present: list[Any], attr: str) -> np.ndarray:
     return np.array(list(map(attrgetter(attr), present)), dtype=np.float64)
 
 
-def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
+@dataclass(frozen=True)
+class Costs:
+    """Per-row work estimates, and each rank's embedding shard (bytes of the tables its lookups
+    read; empty when no lookup records shapes)."""
+
+    flops: np.ndarray
+    bytes_read: np.ndarray
+    bytes_written: np.ndarray
+    dtype: np.ndarray          # object
+    table_bytes: dict[int, float]
+
+
+def _costs(rows: Rows, args: np.ndarray, kind: np.ndarray) -> Costs:
     """flops, bytes_read, bytes_written and dtype from shapes and the trace's own args.
 
     A recorded ``flops`` arg wins over the shape formula. A recorded ``bytes`` arg is the op's
     total memory traffic: the shape-derived output bytes (capped at the total) are written,
     the rest is read; with no output estimate it is all read. Copies and DMA take their size.
     """
-    kind, name, is_dev, cat = cols["kind"], cols["name"], cols["is_device"], cols["cat"]
+    name, is_dev, cat = rows.name, rows.is_device, rows.cat
     n = len(kind)
     flops, rd, wr = np.zeros(n), np.zeros(n), np.zeros(n)
+    shard: dict[int, float] = {}
     dtype = np.full(n, None, dtype=object)
     arg_rows = np.flatnonzero(pd.Series(args, dtype=object, copy=False).notna().to_numpy())
     with_args = np.zeros(n, dtype=bool)
@@ -275,7 +308,7 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
     lists = RawLists()
     if len(host_shape):
         shaped = args[host_shape].tolist()
-        key = keys.codes(_name_codes(cols)[0][host_shape], kind[host_shape],
+        key = keys.codes(rows.name_codes[host_shape], kind[host_shape],
                        *(_raw_codes(shaped, f) for f in ("input_dims", "input_type", "concrete")))
         codes, first = _first_of_each(key)
         got = [op_cost(kind[i], name[i], lists(args[i].input_dims), lists(args[i].input_type),
@@ -287,12 +320,10 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         # each rank's embedding shard: the tables its distinct lookups (name + shapes) read
         tb = np.array([table_bytes(kind[i], name[i], lists(args[i].input_dims),
                                    lists(args[i].input_type)) for i in host_shape[first].tolist()])
-        shard: dict[int, float] = {}
         for u in np.flatnonzero(tb > 0).tolist():
-            ranks = np.unique(cols["rank"][host_shape[codes == u]]).tolist()
+            ranks = np.unique(rows.rank[host_shape[codes == u]]).tolist()
             for rk in ranks:
                 shard[int(rk)] = shard.get(int(rk), 0.0) + float(tb[u])
-        cols["_table_bytes"] = shard
     plain = np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind)
     if len(plain):
         codes, first = _first_of_each(_raw_codes(args[plain].tolist(), "input_type"))
@@ -307,9 +338,9 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         flops[arg_rows[has]] = own_flops[has]
         copy = _isin(kind[arg_rows], schema.MEMORY_KINDS)
         has = ~np.isnan(own_bytes) & ~(copy & is_dev[arg_rows])
-        rows, total = arg_rows[has], own_bytes[has]
-        wr[rows] = np.minimum(wr[rows], total)
-        rd[rows] = total - wr[rows]
+        sized, total = arg_rows[has], own_bytes[has]
+        wr[sized] = np.minimum(wr[sized], total)
+        rd[sized] = total - wr[sized]
     copies = np.flatnonzero(with_args & is_dev & _isin(kind, schema.MEMORY_KINDS))
     for i in copies.tolist():
         a = args[i]
@@ -317,17 +348,16 @@ def _costs(cols: dict[str, Any], args: np.ndarray) -> None:
         wr[i] = b
         if kind[i] == "memcpy":
             rd[i] = b
-    dev_dtype = _name_mask(cols, lambda s: _MTIA_DTYPE.search(s) is not None)
+    dev_dtype = rows.name_mask(lambda s: _MTIA_DTYPE.search(s) is not None)
     for i in np.flatnonzero(is_dev & dev_dtype).tolist():
         if dtype[i] is None:
             dtype[i] = _MTIA_DTYPE.search(name[i]).group(1)
-    cols.update(flops=flops, bytes_read=rd, bytes_written=wr, dtype=dtype)
+    return Costs(flops, rd, wr, dtype, shard)
 
 
-def _count_once(cols: dict[str, Any]) -> None:
+def _count_once(costs: Costs, parent: np.ndarray, is_dev: np.ndarray) -> Costs:
     """Host work is counted once: an op whose descendant carries flops/bytes gives them up."""
-    parent, is_dev = cols["parent_id"], cols["is_device"]
-    work = np.flatnonzero(~is_dev & ((cols["flops"] > 0) | (cols["bytes_read"] > 0)))
+    work = np.flatnonzero(~is_dev & ((costs.flops > 0) | (costs.bytes_read > 0)))
     has_desc = np.zeros(len(parent), dtype=bool)
     cur = parent[work]
     cur = cur[cur >= 0]
@@ -337,19 +367,21 @@ def _count_once(cols: dict[str, Any]) -> None:
         has_desc[cur] = True
         cur = parent[cur]
         cur = cur[cur >= 0]
-    for c in ("flops", "bytes_read", "bytes_written"):
-        cols[c][has_desc] = 0.0
+    if not has_desc.any():
+        return costs
+    return replace(costs, **{c: np.where(has_desc, 0.0, getattr(costs, c))
+                             for c in ("flops", "bytes_read", "bytes_written")})
 
 
-def _inherit(cols: dict[str, Any]) -> None:
+def _inherit(rows: Rows, costs: Costs, kind: np.ndarray, launch: np.ndarray,
+             parent: np.ndarray) -> Costs:
     """Device events take flops/bytes/dtype from their launching op, split among its kernels."""
-    kind, is_dev, rank, ext = cols["kind"], cols["is_device"], cols["rank"], cols["external_id"]
-    launch, parent, cat = cols["launch_id"], cols["parent_id"], cols["cat"]
-    flops, rd, wr, dtype = cols["flops"], cols["bytes_read"], cols["bytes_written"], cols["dtype"]
+    is_dev, rank, ext, cat = rows.is_device, rows.rank, rows.external_id, rows.cat
+    flops, rd, wr, dtype = costs.flops, costs.bytes_read, costs.bytes_written, costs.dtype
     dev = np.flatnonzero(is_dev & ~_isin(kind, (*schema.MEMORY_KINDS, "sync", "annotation"))
                          & (flops == 0) & (rd == 0))
     if not len(dev):
-        return
+        return costs
     op = np.full(len(dev), -1, dtype=np.int64)
     ops = np.flatnonzero((cat == "cpu_op") & (ext >= 0))
     if len(ops):
@@ -368,7 +400,8 @@ def _inherit(cols: dict[str, Any]) -> None:
     ok = op >= 0
     dev, op = dev[ok], op[ok]
     if not len(dev):
-        return
+        return costs
+    flops, rd, wr, dtype = flops.copy(), rd.copy(), wr.copy(), dtype.copy()
     same = kind[dev] == kind[op]
     uop, inv, n_all = np.unique(op, return_inverse=True, return_counts=True)
     n_same = np.bincount(inv, weights=same.astype(float), minlength=len(uop))
@@ -378,13 +411,16 @@ def _inherit(cols: dict[str, Any]) -> None:
     wr[dev] = wr[op] * share
     need = np.array([d is None for d in dtype[dev].tolist()], dtype=bool)
     dtype[dev[need]] = dtype[op[need]]
+    return replace(costs, flops=flops, bytes_read=rd, bytes_written=wr, dtype=dtype)
 
 
-def _device_steps(cols: dict[str, Any]) -> None:
-    step, launch, is_dev = cols["step"], cols["launch_id"], cols["is_device"]
+def _device_steps(step: np.ndarray, launch: np.ndarray, is_dev: np.ndarray) -> np.ndarray:
+    """``step`` where each launched device event takes its launching call's step."""
     dev = np.flatnonzero(is_dev)
     linked = dev[launch[dev] >= 0]
-    step[linked] = step[launch[linked]]
+    out = step.copy()
+    out[linked] = step[launch[linked]]
+    return out
 
 
 def _thread_tracks(raws: list[RawFile], word: str) -> set[str]:
@@ -399,38 +435,37 @@ def _thread_tracks(raws: list[RawFile], word: str) -> set[str]:
 def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     """The events table and the warnings found while building it."""
     warnings: list[str] = [w for r in raws for w in r.warnings]
-    cols, args = _concat(raws)
-    cols, args = _sort(cols, args)
-    n = len(cols["ts_us"])
-    cols["event_id"] = np.arange(n, dtype=np.int64)
-    cols["kind"] = _kinds(cols)
+    rows, args = _sort(*_concat(raws))
+    kind = _kinds(rows)
+    parent, depth = _nesting(rows)
     # device rows get steps from time first, then from their launch
-    tcode, rank = cols["_tcode"], cols["rank"]
-    new_track = np.r_[True, (tcode[1:] != tcode[:-1]) | (rank[1:] != rank[:-1])]
-    track_start = np.maximum.accumulate(np.where(new_track, np.arange(n), 0))
-    host_x = ~cols["is_device"] & (cols["ph"] == "X")
-    parent, depth = parents(track_start, cols["ts_us"], cols["dur_us"], host_x)
-    dev = cols["is_device"]
-    parent[dev], depth[dev] = -1, 0
-    cols["parent_id"], cols["depth"] = parent, depth
-    cols["step"] = _steps(cols, warnings)
-    cols["launch_id"] = _launches(cols)
-    _link_job_dmas(cols, args)
-    _device_steps(cols)
-    cols["sync_stream"], cols["sync_corr"] = _syncs(cols, args)
-    _costs(cols, args)
-    _count_once(cols)
-    _inherit(cols)
+    step = _steps(rows)
+    launch, corr = _link_job_dmas(rows, args, _launches(rows, kind))
+    step = _device_steps(step, launch, rows.is_device)
+    sync_stream, sync_corr = _syncs(rows, args, kind, launch, corr)
+    costs = _count_once(_costs(rows, args, kind), parent, rows.is_device)
+    costs = _inherit(rows, costs, kind, launch, parent)
     dist = {r.info.rank: r.info.distributed_info for r in raws}
-    warnings += collectives.fill(cols, args, dist, _thread_tracks(raws, "pt_gloo_runloop"))
-    _warn_links(cols, warnings)
+    coll, more = collectives.fill(rows, args, kind, parent, launch, dist,
+                                  _thread_tracks(raws, "pt_gloo_runloop"))
+    warnings += more
+    warnings += _warn_links(kind, rows.is_device, launch)
     del args
-    shard = cols.pop("_table_bytes", None)
     paths = pa.array([r.info.path for r in raws], type=pa.string())
-    cols["src_file"] = paths.take(pa.array(cols.pop("_file")))
-    keep = {f.name for f in schema.EVENTS_SCHEMA}
-    for k in [k for k in cols if k not in keep]:
-        del cols[k]
+    cols: dict[str, Any] = {
+        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64), "name": rows.name,
+        "cat": rows.cat, "kind": kind, "ph": rows.ph, "track": rows.track,
+        "is_device": rows.is_device, "device": rows.device, "stream": rows.stream,
+        "ts_us": rows.ts_us, "dur_us": rows.dur_us, "step": step, "correlation": corr,
+        "external_id": rows.external_id, "parent_id": parent, "depth": depth,
+        "launch_id": launch, "sync_stream": sync_stream, "sync_corr": sync_corr,
+        "flops": costs.flops, "bytes_read": costs.bytes_read,
+        "bytes_written": costs.bytes_written, "dtype": costs.dtype, **coll,
+        "src_file": paths.take(pa.array(rows.file)),
+    }
+    shard = costs.table_bytes
+    # the table takes each column as it converts it: only it holds the arrays from here on
+    del rows, kind, parent, depth, step, launch, corr, sync_stream, sync_corr, costs, coll
     table = schema.from_columns(cols, consume=True)
     if shard:
         meta = dict(table.schema.metadata or {})
@@ -439,10 +474,10 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     return table, warnings
 
 
-def _warn_links(cols: dict[str, Any], warnings: list[str]) -> None:
-    kind, is_dev, launch = cols["kind"], cols["is_device"], cols["launch_id"]
+def _warn_links(kind: np.ndarray, is_dev: np.ndarray, launch: np.ndarray) -> list[str]:
     work = is_dev & ~_isin(kind, ("annotation", "sync"))
     unlinked = int((work & (launch < 0)).sum())
     if unlinked:
-        warnings.append(f"{unlinked} of {int(work.sum())} device events have no launching runtime "
-                        "call (missing flows or correlation ids); their step comes from time")
+        return [f"{unlinked} of {int(work.sum())} device events have no launching runtime "
+                "call (missing flows or correlation ids); their step comes from time"]
+    return []

@@ -21,6 +21,7 @@ import pandas as pd
 
 from mtia_trace.ingest.classify import coll_op_of
 from mtia_trace.ingest.decode import Args, RawLists
+from mtia_trace.ingest.rows import Rows
 from mtia_trace.ingest.shapes import _numel, dtype_size
 from mtia_trace.schema import COMM_KINDS
 
@@ -67,11 +68,12 @@ def _default_pg(dist: dict[str, Any]) -> tuple[str | None, int, str | None]:
     return None, int(ws) if isinstance(ws, int) and not cfg else 0, None
 
 
-def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[str, Any]],
-         gloo_tracks: set[str]) -> list[str]:
-    """Fill coll_* columns in place (arrays sorted as the events table); return warnings."""
-    kind, name, rank = cols["kind"], cols["name"], cols["rank"]
-    parent, launch, is_dev, ts = cols["parent_id"], cols["launch_id"], cols["is_device"], cols["ts_us"]
+def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, launch: np.ndarray,
+         dist_by_rank: dict[int, dict[str, Any]], gloo_tracks: set[str]
+         ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The collective columns (coll_op, coll_bytes_in/out, group_size, pg, pg_ranks, coll_seq;
+    rows in events-table order) and the warnings found."""
+    name, rank, is_dev, ts = rows.name, rows.rank, rows.is_device, rows.ts_us
     n = len(kind)
     is_coll = np.logical_or.reduce([kind == k for k in COMM_KINDS])
     idx = np.flatnonzero(is_coll)
@@ -83,10 +85,12 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     pg = np.full(n, None, dtype=object)
     pg_ranks = np.full(n, None, dtype=object)
     seq = np.full(n, -1, dtype=np.int64)
+    def columns() -> dict[str, np.ndarray]:
+        return {"coll_op": coll_op, "coll_bytes_in": b_in, "coll_bytes_out": b_out,
+                "group_size": gsize, "pg": pg, "pg_ranks": pg_ranks, "coll_seq": seq}
+
     if not len(idx):
-        cols.update(coll_op=coll_op, coll_bytes_in=b_in, coll_bytes_out=b_out, group_size=gsize,
-                    pg=pg, pg_ranks=pg_ranks, coll_seq=seq)
-        return warnings
+        return columns(), warnings
 
     # 1. per-event metadata
     defaults = {r: _default_pg(d) for r, d in dist_by_rank.items()}
@@ -135,7 +139,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
         root[host_coll[active[hit]]] = c[hit]
         cur[active] = parent[c]
         active = active[cur[active] >= 0]
-    tracks = cols["track"]
+    tracks = rows.track
     gloo_row = np.array([tracks[i] in gloo_tracks and name[i].startswith("gloo:")
                          for i in host_coll.tolist()], dtype=bool)
     roots = host_coll[(root[host_coll] == host_coll) & ~gloo_row]
@@ -154,8 +158,8 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     groups: dict[tuple[int, Any], list[int]] = {}
     for i in order.tolist():
         groups.setdefault((int(rank[i]), pg[i]), []).append(i)
-    for rows in groups.values():
-        ids = np.array(rows, dtype=np.int64)
+    for members in groups.values():
+        ids = np.array(members, dtype=np.int64)
         recorded = own[ids]
         seq[ids] = recorded if (recorded >= 0).all() else np.arange(len(ids))
     nonroot = host_coll[(root[host_coll] != host_coll) & (root[host_coll] >= 0)]
@@ -217,9 +221,7 @@ def fill(cols: dict[str, Any], args: np.ndarray, dist_by_rank: dict[int, dict[st
     if truncated:
         warnings.append(f"{len(truncated)} process-group rank lists are truncated in the trace "
                         "(contain '...'); pg_ranks keeps them as recorded")
-    cols.update(coll_op=coll_op, coll_bytes_in=b_in, coll_bytes_out=b_out, group_size=gsize,
-                pg=pg, pg_ranks=pg_ranks, coll_seq=seq)
-    return warnings
+    return columns(), warnings
 
 
 def _share_within(rank: np.ndarray, pg: np.ndarray, seq: np.ndarray, idx: np.ndarray,
