@@ -1,0 +1,146 @@
+"""The dependency graph of a trace, built from the canonical events table.
+
+Every event has a start point and an end point (point id ``2*i`` and ``2*i + 1``). Each track is a
+chain of points in measured order; the chain carries what happens *on* the track:
+
+- host thread: all start/end points sorted by measured time (nesting falls out of the order). A
+  leaf's end follows its start by its costed duration; every other step along the chain keeps the
+  measured gap (parent self time, Python overhead, data loading: host time). A parent therefore
+  ends its trailing self time after its last child, so delaying or shrinking a child moves it.
+- device stream: start_i, end_i, start_{i+1}, ... ; end = start + costed duration; a start
+  follows the previous end by the event's *ready lag* (see below).
+
+Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
+
+- ``launch``: launching runtime call's *start* → device event start (launch_id, else the runtime
+  call with the same correlation id on the same rank);
+- ``sync`` (device side): the recorded stream's last op before the event record → the waiting
+  marker (``cuda_sync`` Wait Event, MTIA ``event_wait``), then the stream chain carries it;
+- ``sync`` (host side): for synchronize calls (stream / device / event synchronize, MTIA
+  ``synchronizeStream``, blocking copies), the last op of each stream in scope launched before the
+  call and finished before it returned → the call's *end*; the call's own duration becomes its
+  return latency ``r`` (time from the device finishing to the call returning, at most its measured
+  duration), so the wait itself comes out of the graph;
+- ``collective``: instances of one collective (same process group and sequence number) on
+  different ranks start together when the last one is ready. The measured duration of a matched
+  instance includes its wait for peers; its transfer part (own end − last arrival) is what gets
+  costed.
+- ``host`` / ``stream`` edges in the stored table document the track chains (consecutive top-level
+  host ops, consecutive stream ops) with their lags.
+
+Ready lag of a device event: measured start − the latest measured end (start, for launches) of
+its inputs. It is kernel-launch / inter-kernel latency; it is capped at ``max_ready_lag_us`` so a
+start delayed by a dependency the graph lacks is *not* absorbed (that shows up as replay error).
+CPU-only traces: leaf host ops are the work. With a CPU backend (gloo) the ``c10d::*`` op on
+the calling thread only enqueues; the instance of the same collective on another host thread
+(``gloo:*`` on ``pt_gloo_runloop``) is the transfer. The transfer instances are the ones matched
+across ranks; ``launch`` edge enqueue start → transfer start; a thread holding only transfers is
+scheduled like a stream (ready lag, no pinned gaps); ``sync`` edge transfer end → the first
+non-leaf-end point of the enqueuing thread at or after it (``work.wait()`` returning), whose
+measured gap keeps only the return latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from replay.graph.chains import (
+    EDGE_CODE,
+    Edges,
+    _outside_events,
+    chain_bases,
+    collective_waits,
+    cross_edges,
+    edges_table,
+    point_chains,
+    ready_lags,
+    stream_chains,
+)
+from replay.graph.collectives import match_collectives
+from replay.graph.events import _is_in, event_arrays, event_times, time_keys
+from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges, order_streams
+
+__all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
+           "time_keys"]
+
+#: Default cap on a device event's ready lag (launch latency / inter-kernel gap), in us.
+MAX_READY_LAG_US = 1000.0
+
+
+@dataclass
+class Graph:
+    """Point chains per track plus cross-track edges; arrays indexed by event or point id."""
+
+    n: int
+    order: np.ndarray          # point ids, track by track, in chain order
+    track_ptr: np.ndarray      # order[track_ptr[t]:track_ptr[t+1]] is track t
+    track_is_device: np.ndarray
+    gap: np.ndarray            # measured gap before each position in its chain (0 at track start)
+    leaf_end: np.ndarray       # bool per position: an end point right after its own start
+    base: np.ndarray           # per point: earliest time (host track first point, trace start)
+    src_pt: np.ndarray         # cross-track edges, by point id
+    dst_pt: np.ndarray
+    lag: np.ndarray
+    etype: np.ndarray          # int8 code into schema.EDGE_TYPES
+    ready_lag: np.ndarray      # per event (device events), us
+    sync_lag: np.ndarray       # per event: return latency of host sync calls, nan otherwise
+    coll_group: np.ndarray     # per event: collective group id, -1 if unmatched
+    transfer_us: np.ndarray    # per event: measured transfer part of matched collectives, nan else
+    t0: float                  # trace start (min ts); internal times are relative to it
+    edges: pa.Table = field(default=None)  # type: ignore[assignment]
+    notes: dict[str, object] = field(default_factory=dict)
+    # measured gaps (DESIGN §10): what a dependency or a modelled latency explains and what not
+    via_launch: np.ndarray | None = None
+    #   per event: its measured ready time is its launch (so its lag is launch latency)
+    unexplained_lag: np.ndarray | None = None
+    #   per event: part of its ready lag no modelled latency explains (us); replay.pipeline sets
+    #   it from the models' launch latencies (none: the whole lag)
+    unexplained_gap: np.ndarray | None = None
+
+
+def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_LAG_US) -> Graph:
+    """Build the point chains and cross-track edges of ``events`` (canonical schema).
+
+    The stages, in order, each a function over one `EventArrays` (``events``: reading the
+    table once) that returns what it produces: launches, stream order and the sync edges
+    (``sync``), collectives (``collectives``), stream chains, ready lags, cross-track edges, point
+    chains, CPU collective waits, chain bases and the stored edges table (``chains``)."""
+    ev = event_arrays(events)
+    lc, notes = find_launches(ev)
+    st = order_streams(ev, lc)
+    ds_src, ds_dst, n_ds = device_wait_edges(ev, st)
+    hs_src, hs_dst, sync_lag, n_hs = host_sync_edges(ev, lc, st)
+    coll, n_coll = match_collectives(ev)
+    notes |= n_ds | n_hs | n_coll
+    # events scheduled like stream work: device events and those on worker threads
+    on_worker = coll.worker_tr[ev.tr_of] if ev.n else np.zeros(0, dtype=bool)
+    streamlike = ev.is_dev | on_worker
+    tr_chain = ev.tr_dev | coll.worker_tr
+    chain_ids, prev = stream_chains(ev, tr_chain)
+    ready_lag, via_launch, n_ready = ready_lags(ev, lc, prev, (ds_src, ds_dst), coll, streamlike,
+                                                max_ready_lag_us)
+    notes |= n_ready
+    cross = cross_edges(lc, (ds_src, ds_dst), (hs_src, hs_dst), coll, ready_lag, sync_lag)
+    ch = point_chains(ev, tr_chain, chain_ids)
+    # host gaps outside every event of their thread (annotations do not count: they mark time)
+    unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
+    if len(coll.enq_dst):
+        wsrc, wk, wlag = collective_waits(ev, coll, ch)
+        np.minimum.at(ch.gap, wk, wlag)
+        cross = Edges(np.concatenate([cross.src_pt, 2 * wsrc + 1]),
+                      np.concatenate([cross.dst_pt, ch.order[wk]]),
+                      np.concatenate([cross.lag, wlag]),
+                      np.concatenate([cross.etype,
+                                      np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)]))
+        notes["collective_waits"] = len(wsrc)
+        unexplained_gap[wk] = False  # a collective wait's return latency
+    return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
+                 gap=ch.gap, leaf_end=ch.leaf_end, base=chain_bases(ev, ch), src_pt=cross.src_pt,
+                 dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
+                 sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
+                 edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
+                 via_launch=via_launch, unexplained_lag=ready_lag.copy(),
+                 unexplained_gap=unexplained_gap)
