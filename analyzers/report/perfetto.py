@@ -223,7 +223,7 @@ def _critical_track(events: pa.Table) -> list[dict]:
     comp = dominant_component(sub)
     rank, name = _np(sub, "rank"), _np(sub, "name")
     start, end, eid = _np(sub, "start_us"), _np(sub, "end_us"), _np(sub, "event_id")
-    out: list[dict] = []
+    out: list[tuple[int, float, float, str, str, int]] = []
     for i in np.lexsort((end, start, rank)).tolist():
         out.append((int(rank[i]), float(start[i]), float(end[i]), str(name[i]), str(comp[i]),
                     int(eid[i])))

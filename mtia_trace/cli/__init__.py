@@ -55,6 +55,10 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+def _no_type(ctx: object = None) -> None:
+    """An argument's type column in help: none."""
+
+
 def _plain_metavar(param: Any, ctx: Any) -> None:
     """Help rows without Python types (``<list[str]>``, ``<int range>``): an option without a
     metavar gets one (N for integers, X for other numbers, PATH for paths, else its name in
@@ -65,7 +69,7 @@ def _plain_metavar(param: Any, ctx: Any) -> None:
     if isinstance(param, typer.core.TyperArgument):
         if param.metavar is None and param.nargs == 1:
             param.metavar = param.name.upper()
-        param.display_type_rich = lambda ctx=None: None
+        param.display_type_rich = _no_type  # type: ignore[method-assign]
         return
     if param.metavar is None:
         kind = shown.strip("<>").removesuffix(" range").removeprefix("list[").rstrip("]")

@@ -9,7 +9,7 @@ import typer
 
 import analyzers
 from mtia_trace.cli.options import FORCE_OPTION
-from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, render
+from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, parse_format, render
 from mtia_trace.destinations import check_dir, check_file, write_file
 from mtia_trace.errors import UsageError
 from mtia_trace.runs import connect, reading
@@ -27,6 +27,7 @@ def analyze(
     out: Path = OUTPUT_OPTION,
     force: bool = FORCE_OPTION,
 ) -> None:
+    fmt = parse_format(fmt)  # the callback's Format, for the type checker
     chosen = analyzers.select(names)
     if fmt is Format.parquet:
         if out is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mtia_trace.cli.options import FORCE_OPTION
-from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, emit_batches
+from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, emit_batches, parse_format
 from mtia_trace.destinations import check_file
 from mtia_trace.errors import UsageError
 from mtia_trace.runs import connect, query_batches
@@ -36,6 +36,7 @@ def query(
 
     Example: mtia-trace query runs/demo-mtia300 "SELECT step, avg(total_us) FROM steps GROUP BY 1"
     """
+    fmt = parse_format(fmt)  # the callback's Format, for the type checker
     if out is not None:
         check_file(out, force=force)
     paths = list(args)

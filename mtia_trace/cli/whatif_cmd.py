@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mtia_trace.cli.options import SOURCE_HW_OPTION, TRACE_ARGUMENT
-from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit
+from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, parse_format
 from mtia_trace.progress import Progress
 from mtia_trace.replay_job import AS_MEASURED
 from mtia_trace.whatif_job import parse_group_by, profile_trace
@@ -40,6 +40,7 @@ def whatif(
 
     Example: mtia-trace whatif sample_traces/torch_cpu_dlrm --top 10
     """
+    fmt = parse_format(fmt)  # the callback's Format, for the type checker
     with Progress("whatif", quiet=quiet) as progress:
         table, base = profile_trace(trace, hw=hw, top=top, by=parse_group_by(by),
                                     speedup=speedup, source_hw=source_hw, progress=progress)
