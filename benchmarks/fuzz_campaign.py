@@ -1,13 +1,14 @@
 """Fuzz campaign: thousands of hostile CLI invocations, each in a forked copy of this process
 (imports paid once, so a case costs its own work), each with a time and memory limit; prints
-per class: tried / clean exit 2 / clean exit 0 / traceback / wrong exit / hang / silent wrong,
-and the first examples of every failure.
+per class: tried / clean exit 2 / clean exit 0 / traceback / wrong exit / hang / silent wrong /
+query wrote, and the first examples of every failure.
 
 The case families (trace mutations, hostile files, timestamps, spec values and files, SQL write
-attempts, output destinations, corrupted runs, arguments) are in tests/fuzzcases.py, shared with
-the bounded property tests in tests/test_fuzz.py.
+attempts, output destinations, corrupted runs (truncated, swapped, page-level bit flips, older
+schemas), arguments, synth requests under lowered size limits, large and failing streamed query
+results) are in tests/fuzzcases.py, shared with the bounded property tests in tests/test_fuzz.py.
 
-    .venv/bin/python benchmarks/fuzz_campaign.py [--cases 3000] [--seed 0] [--jobs 2]
+    python benchmarks/fuzz_campaign.py [--cases 660] [--seed 0] [--jobs 2]
         [--timeout 60] [--only "sql write"]
 """
 
@@ -106,7 +107,8 @@ def run_case(case: Case, scratch: Path, timeout: float) -> tuple[str, str, float
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=3000)
+    ap.add_argument("--cases", type=int, default=660,
+                    help="invocations (the default takes about 10 minutes on 2 cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case (a hang)")

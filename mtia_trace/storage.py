@@ -81,7 +81,7 @@ class Run:
         for f in self.table_files(table):
             try:
                 parts.append(pq.read_table(f, page_checksum_verification=True))
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, ValueError, pa.ArrowException) as exc:  # ValueError: bad UTF-8
                 raise unreadable(self.path, f"{f.relative_to(self.path)}: {_first_line(exc)}"
                                  ) from None
         if len(parts) == 1:
@@ -363,7 +363,7 @@ def _check_table(path: Path, table: str, files: list[Path]) -> None:
             if not f.is_file():
                 raise OSError(f"{rel} is not a regular file")
             arrow = pq.ParquetFile(f).schema_arrow
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, ValueError, pa.ArrowException) as exc:  # ValueError: bad UTF-8
             raise unreadable(path, f"{rel}: {_first_line(exc)}") from None
         names, tags = arrow.names, arrow.metadata or {}
         version = tags.get(b"mtia_trace.schema_version")

@@ -5,7 +5,7 @@ outcome it must have, and `classify` sorts what happened into the campaign's col
 Outcomes: ``clean exit 2`` (one error, no traceback), ``clean exit 0`` (valid input, accepted),
 ``traceback``, ``wrong exit`` (an unexpected exit code), ``hang`` (past the time limit) and
 ``silent wrong`` (accepted although it should have been refused or warned about, or a file
-changed that must not).
+changed that must not) and ``query wrote`` (a file changed or created through `query`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from pathlib import Path
 
 EPOCH_US = 1_700_000_000_000_000
 
-OUTCOMES = ("clean exit 2", "clean exit 0", "traceback", "wrong exit", "hang", "silent wrong")
+OUTCOMES = ("clean exit 2", "clean exit 0", "traceback", "wrong exit", "hang", "silent wrong",
+            "query wrote")
+#: Prefix of a check's finding that a `query` changed or created a file (its own column).
+WROTE = "wrote: "
 
 
 def trace_doc(rank: int = 0, steps: int = 2, world: int = 1) -> dict:
@@ -168,6 +171,8 @@ def classify(case: Case, code: int | None, out: str, err: str, crashed: bool,
     if crashed or "Traceback (most recent call last)" in err:
         return "traceback", err.strip().splitlines()[-1][:200] if err.strip() else ""
     if problem:
+        if problem.startswith(WROTE):
+            return "query wrote", problem[len(WROTE):]
         return "silent wrong", problem
     assert code is not None
     if case.expect == "any" and code in (0, 1):  # e.g. validate: 1 = the check failed
@@ -426,9 +431,9 @@ def sql_write(ws: Workspace, rng: random.Random) -> Case:
 
     def check() -> str | None:
         if tree(ws.run) != before:
-            return f"run changed by: {sql}"
+            return f"{WROTE}run changed by: {sql}"
         if tree(d) != cwd_before or Path("relative.csv").exists():
-            return f"file written by: {sql}"
+            return f"{WROTE}file written by: {sql}"
         return None
 
     return Case("sql write", ["query", str(ws.run), sql], "error", sql, check=check)

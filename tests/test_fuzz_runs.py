@@ -111,3 +111,15 @@ def test_a_parquet_file_without_a_schema_version_is_foreign(base: Path, tmp_path
                    run / "summary.parquet")
     code, _, err = cli("analyze", run)
     assert one_error(code, err) and "summary.parquet has no mtia-trace schema version" in err
+
+
+def test_a_flipped_byte_in_a_column_name_is_one_line(base: Path, tmp_path: Path, cli) -> None:
+    # found by the campaign: invalid UTF-8 in the footer was a UnicodeDecodeError traceback
+    run = tmp_path / "run"
+    shutil.copytree(base, run)
+    f = run / "events.parquet"
+    data = f.read_bytes()
+    # the footer's schema element names ts_us (length-prefixed); 'u' (0x75) -> 0xf5
+    flip_byte(f, data.index(b"\x05ts_us") + 4, 7)
+    code, _, err = cli("report", run)
+    assert one_error(code, err) and "not a readable mtia-trace run (events.parquet" in err, err
