@@ -80,3 +80,11 @@ def test_unknown_format_is_a_usage_error(cli, tmp_path) -> None:
     code, _, err = cli("query", SAMPLES, "SELECT 1", "--format", "xml")
     assert code == 2 and "'xml' is not one of table, csv, json, parquet, md" in err
 
+
+
+def test_command_list_shows_every_summary_whole(cli) -> None:
+    code, out, _ = cli("--help")
+    assert code == 0
+    listing = " ".join(out.split("Commands:", 1)[1].split())
+    for name, _, _, summary in COMMANDS:
+        assert " ".join(summary.split()) in listing, name  # wrapped, never cut

@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 import typer.main
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
 from mtia_trace import __version__
 from mtia_trace.errors import MtiaTraceError
@@ -134,13 +134,10 @@ class LazyGroup(TyperGroup):
         self.commands = _LazyCommands()
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        # A stand-in command per row, holding the summary as its help, so the row is shortened
-        # exactly as the real command's help would be.
-        stand_ins = [(name, TyperCommand(name=name, help=summary))
-                     for name, _, _, summary in COMMANDS]
-        limit = formatter.width - 6 - max(len(name) for name, _ in stand_ins)
+        # every summary in full (wrapped by the formatter), never cut to the terminal width
+        rows = [(name, " ".join(summary.split())) for name, _, _, summary in COMMANDS]
         with formatter.section("Commands"):
-            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in stand_ins])
+            formatter.write_dl(rows)
 
 
 def _print_version(value: bool) -> None:
