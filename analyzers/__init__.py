@@ -21,6 +21,7 @@ from analyzers import (
     kernel_launches,
     overlap,
     queueing,
+    rank_collective_ops,
     rank_collectives,
     step_breakdown,
     stragglers,
@@ -42,7 +43,7 @@ class Analyzer(Protocol):
 ANALYZERS: dict[str, Analyzer] = {
     a.NAME: a  # type: ignore[misc]
     for a in (step_breakdown, top_ops, unoverlapped_comm, overlap, stragglers, queueing, fetch_stalls,
-              critical_path, idle, device_time, rank_collectives, kernel_launches,
+              critical_path, idle, device_time, rank_collectives, rank_collective_ops, kernel_launches,
               stream_queues, user_annotations)
 }
 

@@ -98,7 +98,7 @@ def test_markdown_fits_a_job_summary(runs: dict[str, Path], tmp_path: Path,
     code, out, _ = cli(["compare", str(runs["base"]), str(runs["slow"]), "-o", str(dest)], capsys)
     text = dest.read_text()
     assert code == 1 and out == "" and 0 < len(text.encode()) < MARKDOWN_LIMIT
-    assert "### Collectives per op" in text and "### Analyzer tables" not in text
+    assert "### Per-rank collective time per op" in text and "### Analyzer tables" not in text
 
 
 def test_zero_baseline_component_counts_as_regression() -> None:
@@ -143,12 +143,15 @@ def test_compare_keeps_only_sums_that_mean_something(runs: dict[str, Path]) -> N
     from analyzers.report.run_data import load_run
 
     c = compare_runs(load_run(runs["base"]), load_run(runs["slow"]))
-    # collectives per op, per step: the all-to-all kernel runs 300 -> 450 µs, 20 µs of which
-    # queue, so its transfer is 280 -> 430 µs
+    # per-rank collective time per op, per rank-step: the all-to-all kernel runs 300 -> 450 µs,
+    # 20 µs of which queue, so a rank's own time in it is 280 -> 430 µs
     coll = {d.name: d for d in c.collectives}
-    assert set(coll) == {"all_to_all", "all_reduce"}
-    assert (coll["all_to_all"].a, coll["all_to_all"].b) == (pytest.approx(280.0),
-                                                          pytest.approx(430.0))
+    assert set(coll) == {"all_to_all (4 ranks)", "all_reduce (4 ranks)"}
+    assert (coll["all_to_all (4 ranks)"].a, coll["all_to_all (4 ranks)"].b) == (
+        pytest.approx(280.0), pytest.approx(430.0))
+    # the rows add up to the per-rank collective time
+    total = next(d for d in c.rank_collectives if d.name.startswith("per-rank"))
+    assert sum(d.b for d in c.collectives) == pytest.approx(total.b)
     # changed ops: only ops whose critical time moved, the collectives' kernels first
     assert c.top_ops and all(abs(d.delta) > 0 for d in c.top_ops)
     assert c.warnings == []  # same trace, ranks, overrides and version

@@ -181,7 +181,7 @@ def test_sql_error_is_one_line_with_the_views(runs_dir: Path, cli) -> None:
     assert code == 2 and out == ""
     assert err.count("\n") == 1
     assert 'Referenced column "nope" not found' in err
-    assert "available views: events, edges, steps, collectives, summary, runs, rank_collectives" in err
+    assert "available views: events, edges, steps, collectives, summary, runs, rank_collective_ops, rank_collectives" in err
     with pytest.raises(QueryError, match="no SQL statement"):
         query(connect([runs_dir / "a"]), "-- only a comment")
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from runfixture import tiny_meta, tiny_tables
 
-from analyzers import rank_collectives
+from analyzers import rank_collective_ops, rank_collectives
 from analyzers.report.build import build_report, report_dict
 from analyzers.report.compare import compare_dict, compare_runs, render_compare_markdown
 from analyzers.report.render_markdown import render_markdown
@@ -101,6 +101,19 @@ def test_cpu_only_rank_counts_its_host_collectives(tmp_path: Path) -> None:
     # every rank is host-only now, so each counts its host collectives: 1000 us more in step 0
     assert v[(1, 0)]["busy_us"] == pytest.approx(1400.0)
     assert v[(0, 0)]["busy_us"] == pytest.approx(400.0)
+
+
+def test_per_op_rows_add_up_to_the_per_rank_time(runs: dict[str, Path]) -> None:
+    con = connect([runs["asym"]])
+    ops = {(r["coll_op"], r["ranks"]): r for r in rank_collective_ops.run(con).to_pylist()}
+    # the all-reduces: 400 us per rank-step; rank 1's send: 35 us once in 4 rank-steps; rank 0's
+    # host-side op is not counted (the rank has device collectives)
+    assert set(ops) == {("all_reduce", 2), ("send", 0)}
+    assert ops[("all_reduce", 2)]["busy_us"] == pytest.approx(400.0)
+    assert ops[("send", 0)]["busy_us"] == pytest.approx(35.0 / 4)
+    assert ops[("send", 0)]["collectives"] == pytest.approx(0.25)
+    m = rank_collectives.means(rank_collectives.run(con))
+    assert m is not None and sum(r["busy_us"] for r in ops.values()) == pytest.approx(m["busy_us"])
 
 
 def test_analyzer_means_and_the_report_headline(runs: dict[str, Path]) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from analyzers.report import fmt
 from analyzers.report.document import Block, Heading, Items, Paragraph, Table
 from analyzers.report.headline import Attribution, attribution, findings, per_rank_collectives
@@ -80,7 +78,7 @@ class Comparison:
     gate: Delta
     components: list[Delta]  # step time and each component, largest |delta| first
     rank_collectives: list[Delta]  # per-rank collective time and its parts, µs per rank-step
-    collectives: list[Delta]  # transfer µs per step of each collective op, largest first
+    collectives: list[Delta]  # per-rank collective µs per rank-step of each op, largest first
     top_ops: list[Delta]     # critical µs per rank-step of the ops that changed most
     warnings: list[str]      # what makes the two runs not like for like
 
@@ -98,16 +96,14 @@ def _per_rank_step(run: RunData) -> int:
 
 
 def _collective_us(run: RunData) -> dict[str, float]:
-    """Transfer µs per step of each collective op: each instance's transfer time (every member
-    rank spends it), summed over instances and divided by the number of steps."""
-    c = run.collectives
-    if c.num_rows == 0:
+    """Per-rank collective time of each operation and group size, µs per rank-step (the
+    rank_collective_ops analyzer: a rank's own time in its instances, summed over ranks and
+    steps and divided by the rank-steps, so concurrent groups do not add up)."""
+    t = run.analyses.get("rank_collective_ops")
+    if t is None or t.num_rows == 0:
         return {}
-    g = c.group_by("coll_op").aggregate([("transfer_us", "sum")])
-    n = max(len(set(run.steps.column("step").to_pylist())), 1)
-    us = np.asarray(g.column("transfer_us_sum").to_numpy()) / n
-    return {str(op): float(v) for op, v in zip(g.column("coll_op").to_pylist(), us.tolist(),
-                                                strict=True)}
+    return {f"{r['coll_op']} ({r['ranks']} ranks)": float(r["busy_us"])
+            for r in t.select(["coll_op", "ranks", "busy_us"]).to_pylist()}
 
 
 #: The per-rank collective rows of a comparison: (name, rank_collectives column), headline first.
@@ -235,13 +231,14 @@ def compare_blocks(c: Comparison) -> list[Block]:
                                 "waits come before a collective starts and are not in it "
                                 "(rank_collectives view)")]
     if c.collectives:
-        blocks += [Heading(3, "Collectives per op (transfer µs per step)"),
-                   Table(["op", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
+        blocks += [Heading(3, "Per-rank collective time per op (µs per rank-step)"),
+                   Table(["op (group size)", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
                          [_delta_row(d, step_a) for d in c.collectives],
                          ["l", "r", "r", "r", "r", "r"],
-                         legend="transfer: time moving each op's data, summed over its instances "
-                                "in a step (each member rank spends it); waiting for peers is "
-                                "peer_wait above")]
+                         legend="a rank's own time in the op's instances (transfer + "
+                                "retransmission + post), summed over ranks and steps and "
+                                "divided by the rank-steps: the rows add up to the per-rank "
+                                "collective time above (rank_collective_ops analyzer)")]
     if c.top_ops:
         blocks += [Heading(3, "Ops whose critical time changed most (µs per rank-step)"),
                    Table(["op (side)", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
