@@ -49,7 +49,8 @@ def read_error(exc: BaseException) -> RunNotFoundError | None:
         return None
     path, table = _DATASETS[found.group(1)]
     why = found.group(2).strip().splitlines()[0][:200]
-    return unreadable(path, f"{table}: {why}")
+    where = f"{table}/" if (path / table).is_dir() else f"{table}.parquet"
+    return unreadable(path, f"{where}: {why}")
 
 
 @contextmanager
