@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from mtia_trace.cli.options import OLD_OUT_OPTION, SEED_MAX
+from mtia_trace.cli.json_output import print_json
+from mtia_trace.cli.options import OLD_OUT_OPTION, PRINT_FORMAT_OPTION, SEED_MAX, PrintFormat
 from mtia_trace.errors import UsageError
 from mtia_trace.progress import Progress
 from mtia_trace.synth import PRESETS, SynthOptions, synthesize
@@ -36,6 +37,7 @@ def synth(
         "launch call per kernel) or graph (a captured CUDA graph: graph-node launches); default: "
         "the model's."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output directory."),
+    fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     out = out if out is not None else old_out
     if out is None:
@@ -47,6 +49,11 @@ def synth(
         res = synthesize(opts, out, force=force,
                          on_estimate=lambda e: p(f"generating {e.describe()}"))
     m = res.model
+    if fmt is PrintFormat.json:
+        print_json({"out_dir": res.out_dir, "files": [f.name for f in res.files],
+                    "model": m.name, "ranks": m.ranks, "sharding": m.sharding, "batch": m.batch,
+                    "host_overhead": m.host_overhead, "events": res.events, "bytes": res.bytes})
+        return
     typer.echo(f"wrote {len(res.files)} trace(s) to {res.out_dir}: {m.name}, {m.ranks} ranks,"
                f" {m.sharding}, batch {m.batch}, {m.host_overhead} host overhead, {res.events}"
                f" events, {res.bytes / 1e6:.2f} MB")
