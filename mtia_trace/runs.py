@@ -180,17 +180,3 @@ def query_batches(con: duckdb.DuckDBPyConnection, sql: str, *, source: str = "qu
             raise failed(exc) from None
 
     return pa.RecordBatchReader.from_batches(reader.schema, batches())
-    if not statements:
-        raise QueryError(f"{source}: no SQL statement given; pass e.g. \"SELECT * FROM steps\"")
-    for st in statements:
-        refused = _refused(con, st)
-        if refused:
-            raise QueryError(
-                f"{source}: {refused} statements are not allowed, runs are read-only; "
-                "use SELECT (export results with --format/-o instead of COPY)")
-    try:
-        for st in statements[:-1]:
-            con.execute(st.query)
-        return to_arrow(con.sql(statements[-1].query))
-    except duckdb.Error as exc:
-        raise read_error(exc) or QueryError(f"{source}: {_one_line(exc)}; {hint}") from None
