@@ -17,6 +17,7 @@ For every point the scheduler records what bound it: the chain (track predecesso
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +97,10 @@ class _Solver:
         self.strk = trk[self.spos] if ne else np.zeros(0, dtype=np.int64)
         self.ebounds = np.searchsorted(self.dpos, self.ptr)  # edges into track t: [eb[t], eb[t+1])
         self.base_pos = g.base[self.order]
+        # the same arrays as Python lists, for the per-edge scalar reads of the worklist
+        self.ptr_l, self.eb_l = self.ptr.tolist(), self.ebounds.tolist()
+        self.dpos_l, self.spos_l, self.strk_l = (self.dpos.tolist(), self.spos.tolist(),
+                                                 self.strk.tolist())
 
     # -- the worklist -------------------------------------------------------------------------
     def run(self, xb: np.ndarray, npts: int, max_passes: int = 100_000) -> tuple[np.ndarray, int]:
@@ -134,11 +139,12 @@ class _Solver:
     def _first_blocked(self, e0: int, e1: int) -> int:
         """The first edge in ``[e0, e1)`` whose source is not final yet (``e1`` when none).
         The first few edges are checked one by one (most scans stop there), then in chunks."""
-        spos, strk, f = self.spos, self.strk, self.f
+        spos_l, strk_l, f = self.spos_l, self.strk_l, self.f
         e2 = min(e1, e0 + 8)
         for e in range(e0, e2):
-            if spos[e] >= f[strk[e]]:
+            if spos_l[e] >= f[strk_l[e]]:
                 return e
+        spos, strk = self.spos, self.strk
         e0, step = e2, 64
         while e0 < e1:
             e2 = min(e1, e0 + step)
@@ -151,22 +157,23 @@ class _Solver:
 
     def _advance(self, t: int) -> bool:
         """Finalize track t as far as its inputs are final; False when it did not move."""
-        b = int(self.ptr[t + 1])
-        e1 = int(self.ebounds[t + 1])
+        b = self.ptr_l[t + 1]
+        e1 = self.eb_l[t + 1]
+        dpos_l = self.dpos_l
         moved = False
         while True:
             a0, e0 = int(self.f[t]), int(self.ep[t])
             if a0 >= b:
                 return moved
             eb = self._first_blocked(e0, e1)
-            k = int(self.dpos[eb]) if eb < e1 else b
+            k = dpos_l[eb] if eb < e1 else b
             if k > a0:
-                eend = e0 + int(np.searchsorted(self.dpos[e0:eb], k)) if eb < e1 else e1
+                eend = bisect_left(dpos_l, k, e0, eb) if eb < e1 else e1
                 self._finalize(t, a0, k, e0, eend)
                 moved = True
             if eb >= e1:
                 return moved
-            s, need = int(self.strk[eb]), int(self.spos[eb])
+            s, need = self.strk_l[eb], self.spos_l[eb]
             if need < self.f[s]:
                 continue  # its source is on this track and now final
             ws = self.waiters[s]  # one entry per waiting track: a track blocks on one point
@@ -174,15 +181,19 @@ class _Solver:
             return moved
 
     def _finalize(self, t: int, a0: int, k: int, e0: int, eend: int) -> None:
-        if k == a0 + 1:  # one point (a collective's track, a lone sync): the same arithmetic
-            xs = self.xb[a0]  # as the vector path below, on scalars
-            for e in range(e0, eend):
-                xs = max(xs, self.T[self.src[e]] + self.lag[e])
-            ms = xs - self.C[a0]
-            if a0 > self.ptr[t]:
-                ms = max(ms, self.M[a0 - 1])
-            self.M[a0] = ms
-            self.T[self.order[a0]] = self.C[a0] + ms
+        if k - a0 <= 4:  # a few points (a collective's track, a lone sync): the arithmetic
+            T, M, C, xb = self.T, self.M, self.C, self.xb  # of the vector path, on scalars
+            src, lag, dpos_l, order = self.src, self.lag, self.dpos_l, self.order
+            ms = M[a0 - 1] if a0 > self.ptr_l[t] else -np.inf
+            e = e0
+            for j in range(a0, k):
+                xs = xb[j]
+                while e < eend and dpos_l[e] == j:
+                    xs = max(xs, T[src[e]] + lag[e])
+                    e += 1
+                ms = max(ms, xs - C[j])
+                M[j] = ms
+                T[order[j]] = C[j] + ms
             self.f[t] = k
             self.ep[t] = eend
             return
