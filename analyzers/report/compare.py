@@ -206,6 +206,13 @@ def compare_blocks(c: Comparison) -> list[Block]:
     if a_name == b_name:
         a_name, b_name = f"{a_name} ({c.base.hardware})", f"{b_name} ({c.new.hardware})"
     step_a = metric_value(attribution(c.base), "step_time")
+
+    def deltas(first: str, rows: list, legend: str = "") -> Table:
+        """One table of deltas: a name column, both runs, the change, ratio and share."""
+        return Table([first, a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
+                     [_delta_row(d, step_a) for d in rows], ["l", "r", "r", "r", "r", "r"],
+                     legend=legend)
+
     blocks: list[Block] = [
         Heading(2, f"mtia-trace compare: {a_name} → {b_name}"),
         Paragraph(verdict(c)),
@@ -217,34 +224,26 @@ def compare_blocks(c: Comparison) -> list[Block]:
         Paragraph(f"Baseline **{a_name}** on {c.base.hardware}; new **{b_name}** on "
                   f"{c.new.hardware}. Values are µs per rank-step; the last column is the change "
                   "as a share of the baseline step time. Largest changes first."),
-        Table(["component", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
-              [_delta_row(d, step_a) for d in c.components], ["l", "r", "r", "r", "r", "r"]),
+        deltas("component", c.components),
     ]
     if c.rank_collectives:
         blocks += [Heading(3, "Per-rank collective time (µs per rank-step)"),
-                   Table(["", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
-                         [_delta_row(d, step_a) for d in c.rank_collectives],
-                         ["l", "r", "r", "r", "r", "r"],
-                         legend="per-rank collective time: the time a rank spends in its own "
-                                "collectives (transfer + retransmission + post), mean over "
-                                "ranks and steps; exposed: the part on the critical path; the "
-                                "waits come before a collective starts and are not in it "
-                                "(rank_collectives view)")]
+                   deltas("", c.rank_collectives,
+                          "per-rank collective time: the time a rank spends in its own "
+                          "collectives (transfer + retransmission + post), mean over ranks and "
+                          "steps; exposed: the part on the critical path; the waits come before "
+                          "a collective starts and are not in it (rank_collectives view)")]
     if c.collectives:
         blocks += [Heading(3, "Per-rank collective time per op (µs per rank-step)"),
-                   Table(["op (group size)", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
-                         [_delta_row(d, step_a) for d in c.collectives],
-                         ["l", "r", "r", "r", "r", "r"],
-                         legend="a rank's own time in the op's instances (transfer + "
-                                "retransmission + post), summed over ranks and steps and "
-                                "divided by the rank-steps: the rows add up to the per-rank "
-                                "collective time above (rank_collective_ops analyzer)")]
+                   deltas("op (group size)", c.collectives,
+                          "a rank's own time in the op's instances (transfer + retransmission + "
+                          "post), summed over ranks and steps and divided by the rank-steps: the "
+                          "rows add up to the per-rank collective time above (rank_collective_ops "
+                          "analyzer)")]
     if c.top_ops:
         blocks += [Heading(3, "Ops whose critical time changed most (µs per rank-step)"),
-                   Table(["op (side)", a_name, b_name, "Δ µs", "ratio", "Δ / base step"],
-                         [_delta_row(d, step_a) for d in c.top_ops],
-                         ["l", "r", "r", "r", "r", "r"],
-                         legend="critical: the op's time on the critical path (top_ops analyzer)")]
+                   deltas("op (side)", c.top_ops,
+                          "critical: the op's time on the critical path (top_ops analyzer)")]
     for label, run in ((a_name, c.base), (b_name, c.new)):
         top = findings(run)[:3]
         if top:
