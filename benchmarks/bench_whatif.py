@@ -22,12 +22,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from mtia_trace import schema
 from mtia_trace.ingest import load
 from mtia_trace.synth import SynthOptions, synthesize
 from replay.counterfactual import causal_profile, prepare
 from replay.diff import diff_traces
-from replay.run import replay_events
+from replay.run import as_trace, replay_events
 from replay.whatif import parse_whatif
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "torch_cpu_dlrm"
@@ -40,15 +39,6 @@ def _synth(folder: Path, ranks: int, steps: int, seed: int) -> pa.Table:
 
 #: the change between BASE and NEW in the cpu shape
 NEW_CHANGE = "kind=annotation,name=embedding_lookup:x1.5"
-
-
-def as_trace(replayed: pa.Table) -> pa.Table:
-    """A replay's schedule as a measured trace (ts/dur from the replayed start/end)."""
-    cols = {f.name: replayed.column(f.name) for f in schema.EVENTS_SCHEMA}
-    start = replayed.column("start_us").to_numpy()
-    cols["ts_us"] = pa.chunked_array([start])
-    cols["dur_us"] = pa.chunked_array([replayed.column("end_us").to_numpy() - start])
-    return pa.table([cols[f.name] for f in schema.EVENTS_SCHEMA], schema=schema.EVENTS_SCHEMA)
 
 
 def tiled(events: pa.Table, n_events: int) -> pa.Table:

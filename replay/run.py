@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
+from mtia_trace import schema
 from replay import pipeline
 from replay.costs import AsMeasured, CostModel
 from replay.graph import Graph, build_graph
@@ -70,3 +71,13 @@ def replay_events(events: pa.Table, model: CostModel | None = None, *,
         notes["whatif"] = whatif_notes
     return ReplayResult(events=a.events, edges=g.edges, steps=a.steps, collectives=collectives,
                         summary=a.summary, hardware=getattr(model, "name", "custom"), notes=notes)
+
+
+def as_trace(replayed: pa.Table) -> pa.Table:
+    """A replay's events as a measured trace (``ts``/``dur`` from the replayed start/end): the
+    run that a replay predicts, to feed back in (e.g. as ``diff``'s NEW)."""
+    cols = {f.name: replayed.column(f.name) for f in schema.EVENTS_SCHEMA}
+    start = replayed.column("start_us").to_numpy()
+    cols["ts_us"] = pa.chunked_array([start])
+    cols["dur_us"] = pa.chunked_array([replayed.column("end_us").to_numpy() - start])
+    return pa.table([cols[f.name] for f in schema.EVENTS_SCHEMA], schema=schema.EVENTS_SCHEMA)

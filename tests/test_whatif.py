@@ -13,12 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import SAMPLES
 
-from mtia_trace import schema
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
 from replay.counterfactual import causal_profile, prepare
 from replay.diff import diff_traces, match_events
-from replay.run import replay_events
+from replay.run import as_trace, replay_events
 from replay.whatif import Change, WhatIf, _match_strings, apply_whatifs, parse_whatif, select
 
 CPU = SAMPLES / "torch_cpu_dlrm"      # 2 ranks, gloo, CPU-only
@@ -225,15 +224,6 @@ def test_profile_row_equals_a_replay_with_its_selector() -> None:
 
 # ---- the causal diff -----------------------------------------------------------------------------
 
-def _as_trace(replayed: pa.Table) -> pa.Table:
-    """A replay's schedule as a measured trace (ts/dur from the replayed start/end)."""
-    cols = {f.name: replayed.column(f.name) for f in schema.EVENTS_SCHEMA}
-    start = replayed.column("start_us").to_numpy()
-    cols["ts_us"] = pa.chunked_array([start])
-    cols["dur_us"] = pa.chunked_array([replayed.column("end_us").to_numpy() - start])
-    return pa.table([cols[f.name] for f in schema.EVENTS_SCHEMA], schema=schema.EVENTS_SCHEMA)
-
-
 def test_diff_of_a_trace_with_itself_predicts_it() -> None:
     ev = _events(str(CPU))
     r = diff_traces(ev, ev)
@@ -247,7 +237,7 @@ def test_diff_of_a_trace_with_itself_predicts_it() -> None:
 def test_diff_recovers_a_known_change(change: str) -> None:
     """NEW = BASE replayed with a what-if: the diff predicts NEW's step and its parts add up."""
     base = _events(str(CPU))
-    new = _as_trace(replay_events(base, whatifs=[parse_whatif(change)]).events)
+    new = as_trace(replay_events(base, whatifs=[parse_whatif(change)]).events)
     r = diff_traces(base, new, group_by="scope")
     assert r.matched_fraction == 1.0
     assert abs(r.error) < 0.01, (r.predicted_step_us, r.new_step_us)
