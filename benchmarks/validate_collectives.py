@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +44,20 @@ class Table:
     match: bool = False      # the system is a bundled spec's as shipped (target applies)
     ranks: int | None = None  # where the file's ranks is unset: from busbw / algbw
     why: str = ""
+    #: nccl-tests' -g (GPUs per host thread) where the table's env / note do not print it
+    gpus_per_thread: int | None = None
+
+
+#: Azure's AI-benchmarking-guide runs ``all_reduce_perf -b 8 -e 8G -f 2 -g <all GPUs> -n 40``
+#: in one process (https://github.com/Azure/AI-benchmarking-guide, Benchmarks/NVIDIA/NCCLBandwidth.py)
+_AZURE_G = 8
 
 
 TABLES: dict[str, Table] = {
     "nccltests290_h100_1node_allreduce": Table("h100", match=True),
     "azure_ndh100v5_1node_allreduce_busbw": Table(
-        "h100", ("comm.algorithm=nvls",), True, why="page: NVLS algorithm"),
+        "h100", ("comm.algorithm=nvls",), True, why="page: NVLS algorithm",
+        gpus_per_thread=_AZURE_G),
     "skypilot_nebius_h100_2node_allreduce_k8s": Table("h100", match=True),
     "skypilot_nebius_h100_2node_allreduce_vm": Table("h100", match=True),
     "skypilot_together_h100_2node_allreduce": Table(
@@ -64,14 +73,16 @@ TABLES: dict[str, Table] = {
     "dstack_gcp_a3mega_2node_allgather": Table("h100", ("network.inter_node_GBps=25",),
                                                why="8x200G TCPXO"),
     "azure_ndh200v5_1node_allreduce_busbw": Table(
-        "h200", ("comm.algorithm=nvls",), True, why="page: NVLS algorithm"),
+        "h200", ("comm.algorithm=nvls",), True, why="page: NVLS algorithm",
+        gpus_per_thread=_AZURE_G),
     "skypilot_coreweave_h200_2node_allreduce": Table(
         "h200", match=True, why="NICs not stated; 8x400G IB assumed"),
     "skypilot_gcp_a3ultra_h200_2node_allgather": Table("h200", match=True, why="8x400G RoCE"),
     "aws_p5en_16node_allreduce_partial": Table("h200", tuple(_EFA), why="16x200G EFA"),
     "stas00_a100_1node_allreduce": Table("a100", match=True),
     "azure_nda100v4_1node_allreduce_busbw": Table(
-        "a100", match=True, why="page says NVLS, which A100 lacks: tuner's choice"),
+        "a100", match=True, why="page says NVLS, which A100 lacks: tuner's choice",
+        gpus_per_thread=_AZURE_G),
     "nccltests152_a100_2node_allreduce_after_fix": Table(
         "a100", ("network.inter_node_GBps=12.5",), why="4x200G per node = 12.5 GB/s per GPU"),
 }
@@ -90,6 +101,7 @@ class Result:
     median: float
     p90: float
     points: list[dict] = field(default_factory=list)
+    gpus_per_thread: int = 1
 
     @property
     def passed(self) -> bool:
@@ -105,6 +117,16 @@ def _ranks(doc: dict, table: Table) -> int:
     return int(hw["gpus_per_node"]) * int(hw["nodes"])
 
 
+def _gpus_per_thread(doc: dict, table: Table) -> int:
+    """nccl-tests' -g of the run: the mapping's, else "-g N" / "nGpus N" in env or note, else 1
+    (one GPU per process, as mpirun / srun runs use)."""
+    if table.gpus_per_thread:
+        return table.gpus_per_thread
+    text = f"{doc.get('env') or ''} {doc.get('note') or ''}"
+    m = re.search(r"(?:-g\s*|nGpus\s+)(\d+)", text)
+    return int(m.group(1)) if m else 1
+
+
 def validate_table(path: Path) -> Result | None:
     """Predict every row of one table; None for a table `TABLES` does not map."""
     table = TABLES.get(path.stem)
@@ -115,7 +137,8 @@ def validate_table(path: Path) -> Result | None:
     rpn = int(doc["hardware"].get("gpus_per_node") or 8)
     spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}"])
     rows = [r for r in doc["rows"] if r.get("bytes") is not None]
-    pred = nccl_tests_rows(spec, op, ranks, [int(r["bytes"]) for r in rows])
+    g = _gpus_per_thread(doc, table)
+    pred = nccl_tests_rows(spec, op, ranks, [int(r["bytes"]) for r in rows], g)
     timed = all(r.get("time_us") is not None for r in rows)
     metric = "time_us" if timed else "busbw"
     points, errs = [], []
@@ -127,10 +150,10 @@ def validate_table(path: Path) -> Result | None:
         points.append({"bytes": int(r["bytes"]), "measured": meas, "predicted": got,
                        "measured_busbw": float(r["busbw"]) if r.get("busbw") is not None else None,
                        "predicted_busbw": p.busbw_GBps, "algorithm": p.algorithm,
-                       "protocol": p.protocol, "rel_error": err})
+                       "protocol": p.protocol, "bound": p.bound, "rel_error": err})
     e = np.array(errs) if errs else np.zeros(1)
     return Result(path.stem, table.spec, table.sets, op, ranks, metric, table.match, len(rows),
-                  float(np.median(e)), float(np.percentile(e, 90)), points)
+                  float(np.median(e)), float(np.percentile(e, 90)), points, g)
 
 
 def validate_dir(directory: Path) -> list[Result]:
@@ -140,13 +163,13 @@ def validate_dir(directory: Path) -> list[Result]:
 
 def render(results: list[Result]) -> str:
     head = f"{'table':<46} {'spec':<6} {'ranks':>5} {'metric':<7} {'n':>3} {'median':>7} " \
-           f"{'p90':>7}  {'match':<5} {'target':<6} sets"
+           f"{'p90':>7}  {'match':<5} {'target':<6} {'-g':>2} sets"
     lines = [head, "-" * len(head)]
     for r in results:
         verdict = ("pass" if r.passed else "MISS") if r.match else "-"
         lines.append(f"{r.name:<46} {r.spec:<6} {r.ranks:>5} {r.metric:<7} {r.rows:>3} "
                      f"{r.median:>7.1%} {r.p90:>7.1%}  {'yes' if r.match else 'no':<5} "
-                     f"{verdict:<6} {' '.join(r.sets)}")
+                     f"{verdict:<6} {r.gpus_per_thread:>2} {' '.join(r.sets)}")
     return "\n".join(lines)
 
 

@@ -160,12 +160,17 @@ def collective(
     sizes: str = typer.Option("8:8G", "--bytes", metavar="LIST",
                               help="Sizes as nccl-tests prints them (the whole buffer for "
                                    "all_gather / reduce_scatter): 8,1K,4M or A:B doubling."),
+    gpus_per_thread: int = typer.Option(
+        1, "--gpus-per-thread", metavar="G",
+        help="nccl-tests' -g: GPUs one host thread drives; an iteration then takes at least "
+             "G x the spec's host.kernel_launch_us (bound = launch)."),
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                         help="Override a spec value (repeatable)."),
     fmt: CollectiveFormat = typer.Option(CollectiveFormat.table, "--format", help="Output format."),
 ) -> None:
     """Predicted nccl-tests table: time, algbw and busbw per size, with the algorithm and
-    protocol the model picks (the fastest, as NCCL's tuner does).
+    protocol the model picks (the fastest, as NCCL's tuner does). To compare with a table
+    from a single-process run (`all_reduce_perf -g 8`), pass --gpus-per-thread 8.
 
     Example: mtia-trace hw collective h100 --op all_reduce --ranks 16 --ranks-per-node 8 --bytes 8:8G
     """
@@ -175,13 +180,15 @@ def collective(
         raise UsageError(f"--ranks {ranks}: a collective needs at least 2 ranks")
     if ranks_per_node is not None and ranks_per_node < 1:
         raise UsageError(f"--ranks-per-node {ranks_per_node}: must be >= 1")
+    if gpus_per_thread < 1:
+        raise UsageError(f"--gpus-per-thread {gpus_per_thread}: must be >= 1")
     sets = list(overrides or [])
     if ranks_per_node is not None:
         sets.append(f"network.ranks_per_node={ranks_per_node}")
     spec = load_spec(spec_name, sets)
     rows = [dict(zip(_COLUMNS, (r.bytes, r.time_us, r.algbw_GBps, r.busbw_GBps, r.algorithm,
-                                r.protocol)))
-            for r in collective_rows(spec, op, ranks, parse_sizes(sizes))]
+                                r.protocol, r.bound)))
+            for r in collective_rows(spec, op, ranks, parse_sizes(sizes), gpus_per_thread)]
     if fmt is CollectiveFormat.json:
         typer.echo(json.dumps(rows))
     elif fmt is CollectiveFormat.csv:
@@ -199,7 +206,7 @@ def collective(
                               *(line(x) for x in cells)]))
 
 
-_COLUMNS = ("bytes", "time_us", "algbw_GBps", "busbw_GBps", "algorithm", "protocol")
+_COLUMNS = ("bytes", "time_us", "algbw_GBps", "busbw_GBps", "algorithm", "protocol", "bound")
 
 
 def _fmt(v: object) -> str:

@@ -20,13 +20,14 @@ def model_for(spec, mode: str = "auto", loss_rate: float = 0.0, seed: int = 0, s
     return HardwareModel.create(spec, mode=mode, loss_rate=loss_rate, seed=seed, source=source)
 
 
-def collective_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int]) -> list:
+def collective_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int],
+                    gpus_per_thread: int = 1) -> list:
     """`replay.hardware.collectives.nccl_tests_rows` (imported here for the same reason)."""
     # Imported here, not at the top: `hw list` / `hw show` need only the spec reader, not
     # numpy, pyarrow and the collective model.
     from replay.hardware.collectives import nccl_tests_rows
 
-    return nccl_tests_rows(spec, op, ranks, sizes)
+    return nccl_tests_rows(spec, op, ranks, sizes, gpus_per_thread)
 
 
 def collective_differences(a: HardwareSpec, b: HardwareSpec) -> list:

@@ -491,22 +491,37 @@ class TableRow:
     busbw_GBps: float
     algorithm: str
     protocol: str
+    #: what sets ``time_us``: "collective" (the device-side cost) or "launch" (the host thread
+    #: issuing the collective on its GPUs, nccl-tests' ``-g``)
+    bound: str = "collective"
 
 
-def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int]) -> list[TableRow]:
+def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int],
+                    gpus_per_thread: int = 1) -> list[TableRow]:
     """Predicted nccl-tests rows for ``op`` over ``ranks`` contiguous ranks (node-major, the
     spec's ``network.ranks_per_node`` per node): size as nccl-tests prints it (the whole buffer
-    for all_gather / reduce_scatter), algbw = size / time, busbw = algbw x `busbw_factor`."""
+    for all_gather / reduce_scatter), algbw = size / time, busbw = algbw x `busbw_factor`.
+
+    ``gpus_per_thread`` is nccl-tests' ``-g``: one host thread launches each iteration's
+    collective on that many GPUs in turn, while the GPUs run the previous iteration, so an
+    iteration takes at least ``gpus_per_thread x host.kernel_launch_us`` (nccl-tests times
+    back-to-back iterations). With one GPU per process (``mpirun ... -g 1``) a launch is far
+    below any collective's time and the bound never applies."""
     if op not in OPS:
         raise ValueError(f"op {op!r}: one of {', '.join(OPS)}")
+    if gpus_per_thread < 1:
+        raise ValueError(f"gpus_per_thread {gpus_per_thread}: must be >= 1")
     k = len(sizes)
     b = np.asarray(sizes, dtype=np.float64)
     c = collective_costs(spec, np.full(k, OPS.index(op)), b, b, np.full(k, ranks))
-    t = c.collective_us + c.post_us
+    device = c.collective_us + c.post_us
+    launch = gpus_per_thread * float(spec.value("host.kernel_launch_us"))
+    t = np.maximum(device, launch)
     algbw = np.divide(b, t * 1e3, out=np.zeros(k), where=t > 0)
     f = busbw_factor(op, ranks)
-    return [TableRow(int(s), float(ti), float(a), float(a * f), ALGORITHMS[ai], PROTOCOLS[pi])
-            for s, ti, a, ai, pi in zip(sizes, t, algbw, c.algorithm, c.protocol)]
+    return [TableRow(int(s), float(ti), float(a), float(a * f), ALGORITHMS[ai], PROTOCOLS[pi],
+                     "launch" if launch > di else "collective")
+            for s, ti, di, a, ai, pi in zip(sizes, t, device, algbw, c.algorithm, c.protocol)]
 
 
 #: spec keys the collective model reads beyond the per-protocol latencies (for `hw show --vs`)
