@@ -224,6 +224,7 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
         for fut, result in as_completed(outs, with_results=True):
             i = oidx[fut.key]
             results[i] = result
+            fut.release()  # its result is here: a lost worker must not make Dask redo it
             r = facts[i]["ranks"]
             say(f"wrote ranks {r[0]}-{r[-1]}" if r else "wrote an empty shard")
         # a worker lost from here on must not make Dask redo a write into the finished run

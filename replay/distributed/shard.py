@@ -197,6 +197,15 @@ def is_stretched(sh: Shard) -> bool:
     return sh.costed.stretched
 
 
+def _write_once(name: str, table: pa.Table, path: Path) -> None:
+    """Write a partition unless it is in place: a partition only appears by an atomic rename,
+    so one in place is complete, and the replay is deterministic, so it is this one. Dask
+    recomputes a finished write whose result was held by a lost worker; that recompute may
+    still be running when the run is moved into place, and must not leave a part file there."""
+    if not path.exists():
+        write_partition(name, table, path)
+
+
 def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
     """Attribute, write the events and edges partitions of the shard's ranks into the run being
     built at ``tmp``; return the small tables (steps, summary, member rows) and notes. The
@@ -219,7 +228,7 @@ def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
         (Path(tmp) / table).mkdir(exist_ok=True)
     for r in sh.ranks:
         part = out.filter(pa.array(out.column("rank").to_numpy() == r))
-        write_partition("events", part, partition_path(Path(tmp), "events", r))
+        _write_once("events", part, partition_path(Path(tmp), "events", r))
 
     # edges: own-rank edges, and collective edges whose non-first member is local
     e = g.edges
@@ -239,8 +248,7 @@ def finish(sh: Shard, ghost_arrivals: np.ndarray, tmp: str) -> dict:
     edges = edges.set_column(0, edges.schema.field(0), pa.array(gid[src[keep]], type=pa.int64()))
     edges = edges.set_column(1, edges.schema.field(1), pa.array(gid[dst[keep]], type=pa.int64()))
     for r in sh.ranks:
-        write_partition("edges", edges.filter(pa.array(owner == r)),
-                        partition_path(Path(tmp), "edges", r))
+        _write_once("edges", edges.filter(pa.array(owner == r)), partition_path(Path(tmp), "edges", r))
 
     m = np.flatnonzero(sh.local[sh.member_pts // 2])
     members = pipeline.member_frame(ev, s, comps, sh.member_pts[m] // 2).assign(member=m)
