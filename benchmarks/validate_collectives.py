@@ -2,8 +2,9 @@
 
 For each table in a directory of published nccl-tests results (JSON: ``url``, ``hardware``,
 ``ranks``, ``op``, ``env``, ``rows`` of ``bytes`` / ``time_us`` / ``algbw`` / ``busbw``), build
-the matching spec (a bundled spec plus the ``--set`` overrides listed in `TABLES` for the
-system's NIC count/speed or the algorithm its ``env`` forces), predict every row with
+the matching spec from the table's own fields (`infer_table`: the bundled spec of its GPU, with
+``--set`` overrides for the system's NIC count/speed and the algorithm its run forced, and the
+run's nccl-tests ``-g``), predict every row with
 `replay.hardware.collectives.nccl_tests_rows` and print per table the median and 90th
 percentile relative error of ``time_us`` (of ``busbw`` for busbw-only tables). Constants are the
 specs' (NCCL's tuning model and vendor figures); nothing here is fitted to the rows.
@@ -31,61 +32,24 @@ from replay.hardware.collectives import nccl_tests_rows
 MEDIAN_TARGET, P90_TARGET = 0.15, 0.35
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".." / "shared" / "nccl"
 
-#: 32 x 100G EFA (p5) or 16 x 200G (p5en) per node of 8 GPUs: 400 Gb/s = 50 GB/s per GPU
-_EFA = ["network.inter_node_GBps=50"]
-
-
 @dataclass(frozen=True)
 class Table:
-    """How one published table maps onto a spec."""
+    """How one published table maps onto a spec (`infer_table`)."""
 
     spec: str
     sets: tuple[str, ...] = ()
     match: bool = False      # the system is a bundled spec's as shipped (target applies)
     ranks: int | None = None  # where the file's ranks is unset: from busbw / algbw
-    why: str = ""
-    #: nccl-tests' -g (GPUs per host thread) where the table's env / note do not print it
-    gpus_per_thread: int | None = None
+    gpus_per_thread: int = 1  # nccl-tests' -g of the run
 
 
-#: Azure's AI-benchmarking-guide runs ``all_reduce_perf -b 8 -e 8G -f 2 -g <all GPUs> -n 40``
-#: in one process (https://github.com/Azure/AI-benchmarking-guide, Benchmarks/NVIDIA/NCCLBandwidth.py)
-_AZURE_G = 8
-
-
-TABLES: dict[str, Table] = {
-    "nccltests290_h100_1node_allreduce": Table("h100", match=True),
-    "azure_ndh100v5_1node_allreduce_busbw": Table(
-        "h100", ("comm.algorithm=nvls",), True, why="page: NVLS algorithm",
-        gpus_per_thread=_AZURE_G),
-    "skypilot_nebius_h100_2node_allreduce_k8s": Table("h100", match=True),
-    "skypilot_nebius_h100_2node_allreduce_vm": Table("h100", match=True),
-    "skypilot_together_h100_2node_allreduce": Table(
-        "h100", match=True, why="NICs not stated; 8x400G IB assumed"),
-    "coreweave_h100_multinode_allreduce_ibsharp": Table(
-        "h100", ("comm.collnet=true", "comm.algorithm=collnet"), True, ranks=96,
-        why="NCCL_ALGO=COLLNETCHAIN on IB SHARP; 96 ranks from busbw/algbw"),
-    "aws_p5_2node_allreduce": Table("h100", tuple(_EFA), why="32x100G EFA = 50 GB/s per GPU"),
-    "aws_p5_2node_allreduce_eks_partial": Table("h100", tuple(_EFA),
-                                                why="32x100G EFA, older NCCL/plugin"),
-    "gcp_a3mega_2node_allreduce": Table("h100", ("network.inter_node_GBps=25",),
-                                        why="8x200G TCPXO"),
-    "dstack_gcp_a3mega_2node_allgather": Table("h100", ("network.inter_node_GBps=25",),
-                                               why="8x200G TCPXO"),
-    "azure_ndh200v5_1node_allreduce_busbw": Table(
-        "h200", ("comm.algorithm=nvls",), True, why="page: NVLS algorithm",
-        gpus_per_thread=_AZURE_G),
-    "skypilot_coreweave_h200_2node_allreduce": Table(
-        "h200", match=True, why="NICs not stated; 8x400G IB assumed"),
-    "skypilot_gcp_a3ultra_h200_2node_allgather": Table("h200", match=True, why="8x400G RoCE"),
-    "aws_p5en_16node_allreduce_partial": Table("h200", tuple(_EFA), why="16x200G EFA"),
-    "stas00_a100_1node_allreduce": Table("a100", match=True),
-    "azure_nda100v4_1node_allreduce_busbw": Table(
-        "a100", match=True, why="page says NVLS, which A100 lacks: tuner's choice",
-        gpus_per_thread=_AZURE_G),
-    "nccltests152_a100_2node_allreduce_after_fix": Table(
-        "a100", ("network.inter_node_GBps=12.5",), why="4x200G per node = 12.5 GB/s per GPU"),
-}
+#: tables from Azure's AI-benchmarking-guide come from ``NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G
+#: -f 2 -g <all the VM's GPUs> -n 40`` in one process (Benchmarks/NVIDIA/NCCLBandwidth.py there)
+_ONE_PROCESS_SOURCES = {"github.com/Azure/AI-benchmarking-guide": "nvls"}
+#: bundled spec by GPU name, most specific first
+_GPU_SPECS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"))
+#: fabrics whose latencies NCCL's InfiniBand model does not describe: no target applies
+_OTHER_FABRICS = ("EFA", "TCPX")
 
 
 @dataclass
@@ -117,27 +81,79 @@ def _ranks(doc: dict, table: Table) -> int:
     return int(hw["gpus_per_node"]) * int(hw["nodes"])
 
 
-def _gpus_per_thread(doc: dict, table: Table) -> int:
-    """nccl-tests' -g of the run: the mapping's, else "-g N" / "nGpus N" in env or note, else 1
-    (one GPU per process, as mpirun / srun runs use)."""
-    if table.gpus_per_thread:
-        return table.gpus_per_thread
+def _forced_algorithm(doc: dict) -> str | None:
+    """The algorithm a table's run forced: ``NCCL_ALGO=X`` in its env, else its source's."""
+    m = re.search(r"NCCL_ALGO=(\w+)", str(doc.get("env") or ""))
+    if m:
+        return m.group(1).lower()
+    return next((a for src, a in _ONE_PROCESS_SOURCES.items()
+                 if src in str(doc.get("url") or "")), None)
+
+
+def _ranks_from_rows(doc: dict) -> int | None:
+    """World size from busbw / algbw, which nccl-tests sets to 2(n-1)/n (all_reduce) or (n-1)/n."""
+    for r in doc.get("rows") or []:
+        a, b = r.get("algbw"), r.get("busbw")
+        if a and b and a > 0:
+            f = b / a if doc.get("op") == "all_reduce" else 2 * b / a
+            if 0 < 2 - f:
+                return round(2 / (2 - f))
+    return None
+
+
+def infer_table(doc: dict) -> Table | None:
+    """A table's mapping from its own fields: the bundled spec of its GPU, the NIC bandwidth per GPU where it differs from the spec's (nodes > 1),
+    the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), and
+    ``match`` unless the NIC bandwidth differs or the fabric is EFA / TCPX, and the run's -g
+    (`_gpus_per_thread`). None without a bundled spec for the GPU."""
+    hw = doc.get("hardware") or {}
+    gpu = str(hw.get("gpu") or "")
+    name = next((s for key, s in _GPU_SPECS if key in gpu), None)
+    if name is None:
+        return None
+    spec = load_spec(name)
+    sets: list[str] = []
+    match = not any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS)
+    nics, gbps, gpn = hw.get("nics_per_node"), hw.get("nic_gbps"), hw.get("gpus_per_node") or 8
+    if nics and gbps and int(hw.get("nodes") or 1) > 1:
+        per_gpu = float(nics) * float(gbps) / 8 / float(gpn)
+        if abs(per_gpu - float(spec.value("network.inter_node_GBps"))) > 1e-9:
+            sets.append(f"network.inter_node_GBps={per_gpu:g}")
+            match = False
+    algo = _forced_algorithm(doc)
+    if algo and algo.startswith("collnet"):
+        sets += ["comm.collnet=true", "comm.algorithm=collnet"]
+    elif algo == "nvls" and float(spec.get("comm.nvls_efficiency") or 0) > 0:
+        sets.append("comm.algorithm=nvls")
+    elif algo in ("ring", "tree"):
+        sets.append(f"comm.algorithm={algo}")
+    ranks = None if doc.get("ranks") else _ranks_from_rows(doc)
+    return Table(name, tuple(sets), match, ranks, _gpus_per_thread(doc))
+
+
+def _gpus_per_thread(doc: dict) -> int:
+    """nccl-tests' -g of the run: "-g N" / "nGpus N" in its env or note, else all the node's
+    GPUs for a source known to run one process per node, else 1 (one GPU per process, as
+    mpirun / srun runs use)."""
+    if any(src in str(doc.get("url") or "") for src in _ONE_PROCESS_SOURCES):
+        return int(doc["hardware"].get("gpus_per_node") or 8)
     text = f"{doc.get('env') or ''} {doc.get('note') or ''}"
     m = re.search(r"(?:-g\s*|nGpus\s+)(\d+)", text)
     return int(m.group(1)) if m else 1
 
 
 def validate_table(path: Path) -> Result | None:
-    """Predict every row of one table; None for a table `TABLES` does not map."""
-    table = TABLES.get(path.stem)
+    """Predict every row of one table (mapped by `infer_table`); None for a table of a GPU
+    without a bundled spec."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    table = infer_table(doc)
     if table is None:
         return None
-    doc = json.loads(path.read_text(encoding="utf-8"))
     ranks, op = _ranks(doc, table), str(doc["op"])
     rpn = int(doc["hardware"].get("gpus_per_node") or 8)
     spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}"])
     rows = [r for r in doc["rows"] if r.get("bytes") is not None]
-    g = _gpus_per_thread(doc, table)
+    g = table.gpus_per_thread
     pred = nccl_tests_rows(spec, op, ranks, [int(r["bytes"]) for r in rows], g)
     timed = all(r.get("time_us") is not None for r in rows)
     metric = "time_us" if timed else "busbw"
@@ -156,9 +172,16 @@ def validate_table(path: Path) -> Result | None:
                   float(np.median(e)), float(np.percentile(e, 90)), points, g)
 
 
-def validate_dir(directory: Path) -> list[Result]:
-    out = [validate_table(p) for p in sorted(directory.glob("*.json"))]
-    return [r for r in out if r is not None]
+def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
+    """Results of every table in ``directory`` and the names of those without a bundled spec."""
+    results, skipped = [], []
+    for p in sorted(directory.glob("*.json")):
+        r = validate_table(p)
+        if r is None:
+            skipped.append(p.stem)
+        else:
+            results.append(r)
+    return results, skipped
 
 
 def render(results: list[Result]) -> str:
@@ -208,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.dir.is_dir():
         print(f"{a.dir}: no such directory of nccl-tests tables; pass one", file=sys.stderr)
         return 2
-    results = validate_dir(a.dir)
+    results, skipped = validate_dir(a.dir)
+    if skipped:
+        print(f"skipped (no bundled spec for the GPU): {', '.join(skipped)}", file=sys.stderr)
     if a.format == "json":
         print(json.dumps([{k: v for k, v in r.__dict__.items()} | {"passed": r.passed}
                           for r in results], indent=1))

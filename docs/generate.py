@@ -191,14 +191,18 @@ $ mtia-trace hw collective a100 --op all_reduce --ranks 8 --bytes 1K,64K,1M,16M 
 `python benchmarks/validate_collectives.py DIR` predicts every row of each published
 nccl-tests table in `DIR` (one JSON file per table: source URL, hardware, rows of size / time /
 algbw / busbw) on the matching spec and prints the median and 90th-percentile relative error of
-`time_us` (of busbw for tables that give only busbw). Nothing is fitted to the rows. `--set`
-used for systems that differ from a bundled spec: 32x100G EFA (p5) and 16x200G (p5en) are
-`network.inter_node_GBps=50` per GPU, 8x200G (GCP A3 Mega) `=25`, 4x200G per 8 GPUs `=12.5`;
-tables measured with a forced algorithm take it (`comm.algorithm=nvls` for Azure's NVLS runs;
-`comm.collnet=true comm.algorithm=collnet` for CoreWeave's IB SHARP run); tables measured in
-one process driving 8 GPUs (`-g 8` in the table's command, or Azure's benchmark script,
-https://github.com/Azure/AI-benchmarking-guide `Benchmarks/NVIDIA/NCCLBandwidth.py`) are
-predicted with `--gpus-per-thread 8` (column `-g`). Result with NCCL
+`time_us` (of busbw for tables that give only busbw). Nothing is fitted to the rows. Each table
+is mapped from its own fields (`infer_table`): the bundled spec of its GPU; where it spans nodes
+and its NICs differ from the spec's, `network.inter_node_GBps` per GPU from their count and speed
+(4x200G per 8 GPUs `=12.5`, 8x200G `=25`; 32x100G EFA and 16x200G are 50, the spec's); the
+algorithm its run forced (`NCCL_ALGO=` in its env, or its source's harness: `comm.algorithm=nvls`
+for Azure's runs, dropped on A100, which has no NVLS, as NCCL falls back; `comm.collnet=true
+comm.algorithm=collnet` for CoreWeave's IB SHARP run); the world size from busbw / algbw where
+the table does not give it; and its nccl-tests `-g` (`-g N` in its command, or Azure's benchmark
+script, https://github.com/Azure/AI-benchmarking-guide `Benchmarks/NVIDIA/NCCLBandwidth.py`,
+which drives all 8 GPUs from one process), predicted with `--gpus-per-thread` (column `-g`).
+The target applies ("match") unless the NIC bandwidth differs from the spec's or the fabric is
+EFA or TCPX. Result with NCCL
 tuning constants at NVIDIA/nccl 5067397 (target: median <= 15%, p90 <= 35% on systems that
 are a bundled spec as shipped, "match"):
 

@@ -342,28 +342,63 @@ TABLES = sorted(NCCL_DIR.glob("*.json")) if NCCL_DIR.is_dir() else []
 
 
 def test_gpus_per_thread_read_from_the_table() -> None:
-    """nccl-tests' -g comes from the mapping, else the table's env / note, else 1 (mpirun)."""
-    plain = vc.Table("h100")
-    assert vc._gpus_per_thread({"env": "all_reduce_perf -b 32k -e 16G -f 2 -g 8 -n 50"}, plain) == 8
-    assert vc._gpus_per_thread({"env": "defaults", "note": "(nThread 1 nGpus 4)"}, plain) == 4
-    assert vc._gpus_per_thread({"env": "mpirun -np 16 all_reduce_perf -b 8 -e 8G"}, plain) == 1
-    assert vc._gpus_per_thread({"env": "-g 1"}, vc.Table("h100", gpus_per_thread=8)) == 8
+    """nccl-tests' -g comes from the table's env / note, else its source's harness, else 1."""
+    assert vc._gpus_per_thread({"env": "all_reduce_perf -b 32k -e 16G -f 2 -g 8 -n 50"}) == 8
+    assert vc._gpus_per_thread({"env": "defaults", "note": "(nThread 1 nGpus 4)"}) == 4
+    assert vc._gpus_per_thread({"env": "mpirun -np 16 all_reduce_perf -b 8 -e 8G"}) == 1
+    azure = {"url": "https://github.com/Azure/AI-benchmarking-guide/blob/main/x.md",
+             "hardware": {"gpus_per_node": 4}}
+    assert vc._gpus_per_thread(azure) == 4
+
+
+def _doc(gpu: str, nodes: int = 2, nics: int | None = 8, gbps: int | None = 400,
+         nic_type: str = "InfiniBand", env: str = "defaults", **extra: object) -> dict:
+    return {"hardware": {"gpu": gpu, "gpus_per_node": 8, "nodes": nodes, "nics_per_node": nics,
+                         "nic_gbps": gbps, "nic_type": nic_type}, "env": env, "op": "all_reduce",
+            "ranks": 8 * nodes, **extra}
+
+
+def test_infer_table_maps_a_table_from_its_own_fields() -> None:
+    t = vc.infer_table(_doc("NVIDIA H200 141GB"))
+    assert t is not None and (t.spec, t.sets, t.match, t.gpus_per_thread) == ("h200", (), True, 1)
+    t = vc.infer_table(_doc("A100-SXM4-80GB", nics=4, gbps=200))  # 4x200G per 8 GPUs
+    assert t is not None and t.sets == ("network.inter_node_GBps=12.5",) and not t.match
+    t = vc.infer_table(_doc("H100 80GB HBM3", nics=32, gbps=100, nic_type="AWS EFA"))
+    assert t is not None and t.sets == () and not t.match  # 50 GB/s per GPU, another fabric
+    t = vc.infer_table(_doc("H100", nodes=1, nics=None, gbps=None,
+                            env="NCCL_ALGO=COLLNETCHAIN, NCCL_COLLNET_ENABLE=1"))
+    assert t is not None and t.sets == ("comm.collnet=true", "comm.algorithm=collnet") and t.match
+    t = vc.infer_table(_doc("A100", nodes=1, env="NCCL_ALGO=NVLS"))  # A100 has no NVLS
+    assert t is not None and t.sets == ()
+    assert vc.infer_table(_doc("H100", nodes=1, env="NCCL_ALGO=NVLS")).sets == (  # type: ignore[union-attr]
+        "comm.algorithm=nvls",)
+    rows = [{"bytes": 1 << 30, "algbw": 2.40, "busbw": 4.75}]  # 2(n-1)/n = 1.979: 96 ranks
+    t = vc.infer_table(_doc("H100", nodes=8, ranks=None, rows=rows))
+    assert t is not None and t.ranks == 96
+    assert vc.infer_table(_doc("NVIDIA B200")) is None
 
 
 @pytest.mark.skipif(not TABLES, reason="published nccl-tests tables (../shared/nccl) absent")
-def test_every_shared_table_is_mapped() -> None:
-    assert {p.stem for p in TABLES} <= set(vc.TABLES), "map new tables in benchmarks/validate_collectives.py"
+def test_every_shared_table_has_a_spec() -> None:
+    results, skipped = vc.validate_dir(NCCL_DIR)
+    assert skipped == [] and len(results) == len(TABLES)
+
+
+def _matching_tables() -> list[str]:
+    out = []
+    for p in TABLES:
+        t = vc.infer_table(orjson.loads(p.read_bytes()))
+        if t is not None and t.match:
+            out.append(p.stem)
+    return out
 
 
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_MISSES[n], strict=True))
     if n in KNOWN_MISSES else n
-    for n in sorted(k for k, t in vc.TABLES.items() if t.match)])
+    for n in _matching_tables()])
 def test_validation_targets_on_matching_systems(name: str) -> None:
-    path = NCCL_DIR / f"{name}.json"
-    if not path.is_file():
-        pytest.skip("published nccl-tests tables (../shared/nccl) absent")
-    r = vc.validate_table(path)
+    r = vc.validate_table(NCCL_DIR / f"{name}.json")
     assert r is not None and r.rows > 0
     assert r.median <= vc.MEDIAN_TARGET and r.p90 <= vc.P90_TARGET, (r.median, r.p90)
 
