@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from replay.hardware import load_spec
+from replay.hardware import NCCL_TESTS_OPS, load_spec
 from replay.hardware.collectives import nccl_tests_rows
 
 MEDIAN_TARGET, P90_TARGET = 0.15, 0.35
@@ -50,6 +50,8 @@ _ONE_PROCESS_SOURCES = {"github.com/Azure/AI-benchmarking-guide": "nvls"}
 _GPU_SPECS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100"))
 #: fabrics whose latencies NCCL's InfiniBand model does not describe: no target applies
 _OTHER_FABRICS = ("EFA", "TCPX")
+#: GPU variants without the bundled specs' NVSwitch node (PCIe cards, NVL pairs): no target
+_OTHER_GPUS = re.compile(r"PCIe|\bNVL\b", re.IGNORECASE)
 
 
 @dataclass
@@ -104,7 +106,8 @@ def _ranks_from_rows(doc: dict) -> int | None:
 def infer_table(doc: dict) -> Table | None:
     """A table's mapping from its own fields: the bundled spec of its GPU, the NIC bandwidth per GPU where it differs from the spec's (nodes > 1),
     the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), and
-    ``match`` unless the NIC bandwidth differs or the fabric is EFA / TCPX, and the run's -g
+    ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX or the GPU a PCIe / NVL
+    variant, and the run's -g
     (`_gpus_per_thread`). None without a bundled spec for the GPU."""
     hw = doc.get("hardware") or {}
     gpu = str(hw.get("gpu") or "")
@@ -113,7 +116,8 @@ def infer_table(doc: dict) -> Table | None:
         return None
     spec = load_spec(name)
     sets: list[str] = []
-    match = not any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS)
+    match = (not any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS)
+             and not _OTHER_GPUS.search(gpu))
     nics, gbps, gpn = hw.get("nics_per_node"), hw.get("nic_gbps"), hw.get("gpus_per_node") or 8
     if nics and gbps and int(hw.get("nodes") or 1) > 1:
         per_gpu = float(nics) * float(gbps) / 8 / float(gpn)
@@ -142,6 +146,11 @@ def _gpus_per_thread(doc: dict) -> int:
     return int(m.group(1)) if m else 1
 
 
+def _row_op(row: dict, op: str) -> str:
+    """A row's collective: its own ``op`` in a table of mixed single points, else the table's."""
+    return str(row.get("op") or op)
+
+
 def validate_table(path: Path) -> Result | None:
     """Predict every row of one table (mapped by `infer_table`); None for a table of a GPU
     without a bundled spec."""
@@ -152,9 +161,10 @@ def validate_table(path: Path) -> Result | None:
     ranks, op = _ranks(doc, table), str(doc["op"])
     rpn = int(doc["hardware"].get("gpus_per_node") or 8)
     spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}"])
-    rows = [r for r in doc["rows"] if r.get("bytes") is not None]
+    rows = [r for r in doc["rows"] if r.get("bytes") is not None
+            and _row_op(r, op) in NCCL_TESTS_OPS]
     g = table.gpus_per_thread
-    pred = nccl_tests_rows(spec, op, ranks, [int(r["bytes"]) for r in rows], g)
+    pred = [nccl_tests_rows(spec, _row_op(r, op), ranks, [int(r["bytes"])], g)[0] for r in rows]
     timed = all(r.get("time_us") is not None for r in rows)
     metric = "time_us" if timed else "busbw"
     points, errs = [], []

@@ -376,6 +376,20 @@ def test_infer_table_maps_a_table_from_its_own_fields() -> None:
     t = vc.infer_table(_doc("H100", nodes=8, ranks=None, rows=rows))
     assert t is not None and t.ranks == 96
     assert vc.infer_table(_doc("NVIDIA B200")) is None
+    assert not vc.infer_table(_doc("H100 PCIe", nodes=1)).match  # type: ignore[union-attr]
+
+
+def test_mixed_tables_price_each_row_as_its_own_collective(tmp_path: Path) -> None:
+    rows = [{"op": "all_reduce", "bytes": MB, "time_us": 50.0},
+            {"op": "all_gather", "bytes": MB, "time_us": 50.0},
+            {"op": "sendrecv", "bytes": MB, "time_us": 50.0}]  # not priced: left out
+    path = tmp_path / "mixed.json"
+    path.write_bytes(orjson.dumps(_doc("H100", nodes=1, op="mixed", rows=rows)))
+    r = vc.validate_table(path)
+    assert r is not None and r.rows == 2
+    spec = load_spec("h100")
+    want = [nccl_tests_rows(spec, op, 8, [MB])[0].time_us for op in ("all_reduce", "all_gather")]
+    assert [p["predicted"] for p in r.points] == pytest.approx(want)
 
 
 @pytest.mark.skipif(not TABLES, reason="published nccl-tests tables (../shared/nccl) absent")
