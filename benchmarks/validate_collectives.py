@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from replay.hardware import NCCL_TESTS_OPS, load_spec
-from replay.hardware.collectives import nccl_tests_rows
+from replay.hardware.collectives import nccl_tests_rows, normalize_op
 
 MEDIAN_TARGET, P90_TARGET = 0.15, 0.35
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".." / "shared" / "nccl"
@@ -79,8 +79,8 @@ def _ranks(doc: dict, table: Table) -> int:
         return table.ranks
     if doc.get("ranks"):
         return int(doc["ranks"])
-    hw = doc["hardware"]
-    return int(hw["gpus_per_node"]) * int(hw["nodes"])
+    hw = doc.get("hardware") or {}
+    return int(hw.get("gpus_per_node") or 8) * int(hw.get("nodes") or 1)
 
 
 def _forced_algorithm(doc: dict) -> str | None:
@@ -148,7 +148,7 @@ def _gpus_per_thread(doc: dict) -> int:
 
 def _row_op(row: dict, op: str) -> str:
     """A row's collective: its own ``op`` in a table of mixed single points, else the table's."""
-    return str(row.get("op") or op)
+    return normalize_op(str(row.get("op") or op))
 
 
 def validate_table(path: Path) -> Result | None:
@@ -158,10 +158,10 @@ def validate_table(path: Path) -> Result | None:
     table = infer_table(doc)
     if table is None:
         return None
-    ranks, op = _ranks(doc, table), str(doc["op"])
-    rpn = int(doc["hardware"].get("gpus_per_node") or 8)
+    ranks, op = _ranks(doc, table), normalize_op(str(doc.get("op")))
+    rpn = int((doc.get("hardware") or {}).get("gpus_per_node") or 8)
     spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}"])
-    rows = [r for r in doc["rows"] if r.get("bytes") is not None
+    rows = [r for r in doc.get("rows") or [] if r.get("bytes") is not None
             and _row_op(r, op) in NCCL_TESTS_OPS]
     g = table.gpus_per_thread
     pred = [nccl_tests_rows(spec, _row_op(r, op), ranks, [int(r["bytes"])], g)[0] for r in rows]
