@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mtia_trace import keys
 from mtia_trace.errors import TraceFormatError
 
 #: An outlier lies this many spans of its rank's middle starts outside them ...
@@ -93,17 +94,31 @@ def check(events: pa.Table) -> list[str]:
     return _duplicates(events)
 
 
+def _codes_of(column: pa.ChunkedArray) -> np.ndarray:
+    """A column as numbers that are equal exactly where its values are (strings: their
+    dictionary indices), so rows compare without copying their text."""
+    if pa.types.is_string(column.type) or pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column).combine_chunks().indices
+    return column.to_numpy()
+
+
 def _duplicates(events: pa.Table) -> list[str]:
-    complete = events.filter(pc.equal(events.column("ph"), "X"))  # instants repeat legitimately
-    keys = complete.select(["rank", "track", "name", "ts_us", "dur_us", "correlation",
-                            "external_id"])
-    groups = keys.group_by(keys.column_names, use_threads=False).aggregate([([], "count_all")])
-    dup = groups.filter(pc.greater(groups.column("count_all"), 1))
-    if dup.num_rows == 0:
+    complete = np.flatnonzero(pc.equal(events.column("ph"), "X").to_numpy(zero_copy_only=False))
+    if not len(complete):  # instants repeat legitimately
         return []
-    extra = int(pc.sum(dup.column("count_all")).as_py()) - dup.num_rows
-    first = dup.slice(0, 1).to_pylist()[0]
+    group = keys.codes(*(_codes_of(events.column(c))[complete] for c in _DUPLICATE_KEYS))
+    counts = np.bincount(group)
+    dup = np.flatnonzero(counts > 1)
+    if not len(dup):
+        return []
+    extra = int(counts[dup].sum()) - len(dup)
+    # codes number the groups in order of first appearance: the first duplicated group's row
+    row = int(complete[np.argmax(group == dup[0])])
+    first = events.slice(row, 1).select(["name", "rank", "ts_us"]).to_pylist()[0]
     return [f"{extra} events are exact duplicates of another (same rank, track, name, start, "
             f"duration and ids; first: {str(first['name'])[:60]!r} on rank {first['rank']} at "
             f"{first['ts_us']:.17g} us): was the trace merged or exported twice? They are "
             "replayed as recorded"]
+
+
+_DUPLICATE_KEYS = ("rank", "track", "name", "ts_us", "dur_us", "correlation", "external_id")

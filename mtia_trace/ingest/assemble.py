@@ -21,7 +21,7 @@ from mtia_trace import keys, schema
 from mtia_trace.ingest import collectives
 from mtia_trace.ingest.classify import classify
 from mtia_trace.ingest.decode import RawLists
-from mtia_trace.ingest.kineto import RawFile
+from mtia_trace.ingest.kineto import RAW_FIELDS, RawFile
 from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
 from mtia_trace.ingest.rows import Rows
 from mtia_trace.ingest.shapes import op_cost, parse_size, table_bytes
@@ -39,13 +39,30 @@ def _isin(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
     return pd.Series(values, dtype=object, copy=False).isin(choices).to_numpy()
 
 
-def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
-    """All files' columns end to end; each file's own columns and args are released once
-    copied, so the per-file and the joined copies are not alive together."""
+def _join_raw(raws: list[RawFile]) -> tuple[list[bytes], list[np.ndarray]]:
+    """The distinct raw shape args of all files, and per file the map of its codes onto them
+    (ending in -1, so an absent value's code -1 maps to -1)."""
+    index: dict[bytes, int] = {}
+    code = index.setdefault
+    remaps = [np.array([code(v, len(index)) for v in r.raw] + [-1], dtype=np.int32) for r in raws]
+    for r in raws:
+        r.raw = []
+    return list(index), remaps
+
+
+def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray, list[bytes]]:
+    """All files' columns end to end, and the distinct raw shape args their codes index; each
+    file's own columns and args are released once copied, so the per-file and the joined
+    copies are not alive together."""
     n = sum(r.info.n_events for r in raws)
+    raw, remaps = _join_raw(raws)
     cols: dict[str, Any] = {}
     for key in list(raws[0].cols):
-        cols[key] = np.concatenate([r.cols[key] for r in raws])
+        parts = [r.cols[key] for r in raws]
+        if key in RAW_FIELDS:
+            parts = [m[p] for m, p in zip(remaps, parts)]
+        cols[key] = np.concatenate(parts)
+        del parts
         for r in raws:
             del r.cols[key]
     cols["rank"] = np.concatenate([np.full(r.info.n_events, r.info.rank, dtype=np.int32) for r in raws])
@@ -57,10 +74,10 @@ def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray]:
         args[pos:pos + r.info.n_events] = r.args
         pos += r.info.n_events
         r.args = []
-    return cols, args
+    return cols, args, raw
 
 
-def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[Rows, np.ndarray]:
+def _sort(cols: dict[str, Any], args: np.ndarray, raw: list[bytes]) -> tuple[Rows, np.ndarray]:
     """The rows in events-table order (rank, track, ts_us, longer first), and their args."""
     codes, uniq = pd.factorize(cols["track"])
     rank_of_name = np.argsort(np.argsort(np.asarray(uniq, dtype=str), kind="stable"))
@@ -69,7 +86,7 @@ def _sort(cols: dict[str, Any], args: np.ndarray) -> tuple[Rows, np.ndarray]:
     for k in list(cols):  # one column at a time: the unsorted copy is freed as we go
         cols[k] = cols[k][order]
     ncode, nuniq = pd.factorize(cols["name"])
-    rows = Rows(**cols, tcode=tcode[order], name_codes=ncode, name_uniq=nuniq)
+    rows = Rows(**cols, tcode=tcode[order], name_codes=ncode, name_uniq=nuniq, raw=raw)
     cols.clear()
     return rows, args[order]
 
@@ -257,12 +274,6 @@ def _syncs(rows: Rows, args: np.ndarray, kind: np.ndarray, launch: np.ndarray,
     return sync_stream, sync_corr
 
 
-def _raw_codes(present: list[Any], attr: str) -> np.ndarray:
-    """Codes of one raw JSON arg's distinct values (absent = its own code)."""
-    vals = [b"" if r is None else bytes(r) for r in map(attrgetter(attr), present)]
-    return pd.factorize(np.array(vals, dtype=object))[0]
-
-
 def _first_of_each(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(dense codes, position of each code's first row)."""
     codes, uniq = pd.factorize(key)
@@ -304,30 +315,31 @@ def _costs(rows: Rows, args: np.ndarray, kind: np.ndarray) -> Costs:
     with_args = np.zeros(n, dtype=bool)
     with_args[arg_rows] = True
     shape_kind = _isin(kind, schema.SHAPE_KINDS)
-    host_shape = np.flatnonzero(with_args & ~is_dev & shape_kind)
+    dims, types, conc = rows.input_dims, rows.input_type, rows.concrete
+    host_shape = np.flatnonzero((dims >= 0) & ~is_dev & shape_kind)
     lists = RawLists()
+    raw = rows.raw_arg
     if len(host_shape):
-        shaped = args[host_shape].tolist()
-        key = keys.codes(rows.name_codes[host_shape], kind[host_shape],
-                       *(_raw_codes(shaped, f) for f in ("input_dims", "input_type", "concrete")))
+        key = keys.codes(rows.name_codes[host_shape], kind[host_shape], dims[host_shape],
+                         types[host_shape], conc[host_shape])
         codes, first = _first_of_each(key)
-        got = [op_cost(kind[i], name[i], lists(args[i].input_dims), lists(args[i].input_type),
-                       lists(args[i].concrete)) for i in host_shape[first].tolist()]
+        got = [op_cost(kind[i], name[i], lists(raw(dims, i)), lists(raw(types, i)),
+                       lists(raw(conc, i))) for i in host_shape[first].tolist()]
         fl, r, w, dt = (np.array(c, dtype=object if j == 3 else np.float64)
                         for j, c in enumerate(zip(*got)))
         flops[host_shape], rd[host_shape], wr[host_shape] = fl[codes], r[codes], w[codes]
         dtype[host_shape] = dt[codes]
         # each rank's embedding shard: the tables its distinct lookups (name + shapes) read
-        tb = np.array([table_bytes(kind[i], name[i], lists(args[i].input_dims),
-                                   lists(args[i].input_type)) for i in host_shape[first].tolist()])
+        tb = np.array([table_bytes(kind[i], name[i], lists(raw(dims, i)), lists(raw(types, i)))
+                       for i in host_shape[first].tolist()])
         for u in np.flatnonzero(tb > 0).tolist():
             ranks = np.unique(rows.rank[host_shape[codes == u]]).tolist()
             for rk in ranks:
                 shard[int(rk)] = shard.get(int(rk), 0.0) + float(tb[u])
-    plain = np.flatnonzero(with_args & (cat == "cpu_op") & ~shape_kind)
+    plain = np.flatnonzero((types >= 0) & (cat == "cpu_op") & ~shape_kind)
     if len(plain):
-        codes, first = _first_of_each(_raw_codes(args[plain].tolist(), "input_type"))
-        firsts = [next((x for x in lists(args[i].input_type) or [] if isinstance(x, str)
+        codes, first = _first_of_each(types[plain])
+        firsts = [next((x for x in lists(raw(types, i)) or [] if isinstance(x, str)
                         and x not in ("", "Scalar", "ScalarList")), None)
                   for i in plain[first].tolist()]
         dtype[plain] = np.array(firsts + [None], dtype=object)[:-1][codes]

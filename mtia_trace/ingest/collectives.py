@@ -28,13 +28,13 @@ from mtia_trace.schema import COMM_KINDS
 _SPLIT_OPS = ("all_to_all", "all_gather", "reduce_scatter")
 
 
-def _dims_bytes(op: str | None, a: Args | None, group: int,
+def _dims_bytes(op: str | None, raw_dims: bytes, raw_types: bytes | None, group: int,
                 lists: RawLists) -> tuple[float, float, str | None]:
-    """(bytes in, bytes out, dtype) from Input Dims / Input type."""
-    dims = lists(a.input_dims) if a is not None else None
+    """(bytes in, bytes out, dtype) from Input Dims / Input type (raw JSON)."""
+    dims = lists(raw_dims)
     if not dims:
         return 0.0, 0.0, None
-    types = lists(a.input_type) or []
+    types = lists(raw_types) or []
     tens = [(d, types[i] if i < len(types) else "") for i, d in enumerate(dims)
             if isinstance(d, list) and (i >= len(types) or types[i] not in ("", "Scalar", "ScalarList"))]
     if not tens:
@@ -115,14 +115,15 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
             size = dtype_size(a.dtype)
             b_in[i] = a.in_nelems * size
             b_out[i] = (a.out_nelems if a.out_nelems is not None else a.in_nelems) * size
-        elif a is None or a.input_dims is None:
+        elif rows.input_dims[i] < 0:
             b_in[i] = b_out[i] = 0.0
         else:  # shapes repeat across steps and ranks: computed once per distinct value
-            key = (op, bytes(a.input_dims), None if a.input_type is None else bytes(a.input_type),
-                   int(gsize[i]))
+            key = (op, int(rows.input_dims[i]), int(rows.input_type[i]), int(gsize[i]))
             got = sizes.get(key)
             if got is None:
-                got = sizes[key] = _dims_bytes(op, a, int(gsize[i]), lists)
+                got = sizes[key] = _dims_bytes(op, rows.raw_arg(rows.input_dims, i),
+                                               rows.raw_arg(rows.input_type, i), int(gsize[i]),
+                                               lists)
             b_in[i], b_out[i], _ = got
 
     # 2. the enclosing collective root of each host collective row

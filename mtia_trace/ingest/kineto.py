@@ -48,6 +48,7 @@ class RawFile:
     info: FileInfo
     cols: dict[str, Any]               # numpy arrays / lists, one entry per row
     args: list[Args | None]
+    raw: list[bytes]                   # distinct raw shape args; the RAW_FIELDS columns index it
     warnings: list[str]
 
 
@@ -127,31 +128,31 @@ def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], l
     return (d if d is not None else -1, s if s is not None else -1)
 
 
-_RAW_FIELDS = ("input_dims", "input_type", "concrete")
+#: raw JSON shape args: columns of codes into the file's distinct raw values (`RawFile.raw`)
+RAW_FIELDS = ("input_dims", "input_type", "concrete")
 
 
-def _detach_raw(args: list[Args]) -> None:
-    """Copy the raw shape args out of the decoded file: a `msgspec.Raw` is a view that keeps the
-    whole file's JSON text alive, and the args live until the table is built. Process-group
-    rank lists (one per collective row, as long as the group) are kept once per distinct value."""
-    for f in _RAW_FIELDS:
-        get = attrgetter(f)
-        for a in args:
-            v = get(a)
-            if v is not None:
-                setattr(a, f, bytes(v))
-    seen: dict[str, str] = {}
-    for a in args:
-        v = a.pg_ranks
-        if v is not None and isinstance(v, str):
-            a.pg_ranks = seen.setdefault(v, v)
+def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int
+               ) -> tuple[dict[str, np.ndarray], list[bytes]]:
+    """Each shape arg as a per-row code into a list of its distinct raw JSON values (-1:
+    absent). A `msgspec.Raw` is a view that keeps the whole file's JSON text alive, and shapes
+    repeat massively: each distinct one is copied out once, and no row keeps one of its own."""
+    index: dict[bytes, int] = {}
+    code = index.setdefault
+    out = {}
+    for f in RAW_FIELDS:
+        col = np.full(n, -1, dtype=np.int32)
+        col[arg_rows] = [-1 if v is None else code(bytes(v), len(index))
+                         for v in map(attrgetter(f), present)]
+        out[f] = col
+    return out, list(index)
 
 
-#: args read after this file's columns are made (shapes, sizes, syncs, collectives); the rest
-#: (ids, and a device event's device/stream) are columns by then
+#: args read after this file's columns are made (sizes, syncs, collectives); the rest (ids,
+#: shapes, and a device event's device/stream) are columns by then
 _LATE_FIELDS = tuple(f for f in Args.__struct_fields__
                      if f not in ("external_id", "external_id_old", "correlation", "device",
-                                  "stream", "name"))
+                                  "stream", "name", *RAW_FIELDS))
 _LATE = attrgetter(*_LATE_FIELDS)
 _N_LATE = len(_LATE_FIELDS)
 #: categories whose rows are read by args later even without any of those (syncs, MTIA queues)
@@ -160,18 +161,23 @@ _KEEP_ARGS_CATS = frozenset({"cuda_sync", "mtia_ccp_events"})
 
 def _drop_spent(args: list[Args | None], arg_rows: np.ndarray, present: list[Args],
                 is_device: np.ndarray, cats: list[str | None]) -> None:
-    """Release the args no later step reads (most kernels' and launches'): they are the bulk of
-    the ingest's memory until the table is built."""
+    """Release the args no later step reads (most ops', kernels' and launches'): they are the
+    bulk of the ingest's memory until the table is built. The ones kept drop their raw shape
+    views (shapes are columns by now) and share one string per distinct process-group rank list."""
     spent = np.fromiter((t.count(None) == _N_LATE for t in map(_LATE, present)), dtype=bool,
                         count=len(present))
-    host = ~is_device[arg_rows]
-    if host.any():  # a host event's stream is read later (stream synchronize calls)
-        has_stream = np.fromiter((a.stream is not None for a in present), dtype=bool,
-                                 count=len(present))
-        spent &= ~(host & has_stream)
+    host = np.flatnonzero(~is_device[arg_rows])
+    if len(host):  # a host event's stream is read later (stream synchronize calls)
+        spent[host[[present[j].stream is not None for j in host.tolist()]]] = False
     for i in arg_rows[spent].tolist():
         if cats[i] not in _KEEP_ARGS_CATS:
             args[i] = None
+    seen: dict[str, str] = {}
+    for a in (args[i] for i in arg_rows.tolist()):
+        if a is not None:
+            a.input_dims = a.input_type = a.concrete = None
+            if isinstance(a.pg_ranks, str):
+                a.pg_ranks = seen.setdefault(a.pg_ranks, a.pg_ranks)
 
 
 def read_file(path: Path) -> RawFile:
@@ -234,15 +240,15 @@ def read_file(path: Path) -> RawFile:
     arg_rows = np.flatnonzero(has_args)
     external = np.full(n, -1, dtype=np.int64)
     correlation = np.full(n, -1, dtype=np.int64)
+    present = [args[i] for i in arg_rows.tolist()]
+    raw_cols, raw_values = _raw_codes(present, arg_rows, n)
     if len(arg_rows):
-        present = [args[i] for i in arg_rows.tolist()]
         ext, ext_old, corr = (_int_or(list(map(attrgetter(f), present)), -1)
                               for f in ("external_id", "external_id_old", "correlation"))
         external[arg_rows] = np.where(ext >= 0, ext, ext_old)
         correlation[arg_rows] = corr
-        _detach_raw(present)
         _drop_spent(args, arg_rows, present, is_device, cats)
-        del present
+    del present
 
     # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
     missing = np.flatnonzero((correlation < 0) & (is_device | is_runtime))
@@ -312,5 +318,6 @@ def read_file(path: Path) -> RawFile:
         "dur_us": dur,
         "correlation": correlation,
         "external_id": external,
+        **raw_cols,
     }
-    return RawFile(info=info, cols=cols, args=args, warnings=warnings)
+    return RawFile(info=info, cols=cols, args=args, raw=raw_values, warnings=warnings)

@@ -32,6 +32,10 @@ class Rows:
     tcode: np.ndarray         # track code, ordered as the track names
     name_codes: np.ndarray    # codes of ``name`` into ``name_uniq`` (factorized once)
     name_uniq: np.ndarray
+    input_dims: np.ndarray    # raw shape args: codes into ``raw`` (-1: absent)
+    input_type: np.ndarray
+    concrete: np.ndarray
+    raw: list[bytes]          # each distinct raw JSON shape arg once
 
     def __len__(self) -> int:
         return len(self.ts_us)
@@ -39,3 +43,8 @@ class Rows:
     def name_mask(self, test: Callable[[str], object]) -> np.ndarray:
         """Per-row boolean of a test on the event name, evaluated once per distinct name."""
         return np.array([bool(test(s)) for s in self.name_uniq], dtype=bool)[self.name_codes]
+
+    def raw_arg(self, codes: np.ndarray, i: int) -> bytes | None:
+        """Row ``i``'s raw JSON value of a shape arg column (``input_dims``...), or None."""
+        c = int(codes[i])
+        return self.raw[c] if c >= 0 else None
