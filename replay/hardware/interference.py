@@ -123,65 +123,103 @@ class Interference:
         comm = self.comm & (end > ready)
         if not comm.any() or not self.victim.any():
             return c_out, f_out
-        # per rank: its communication and victim events, grouped by one sort (no mask per rank)
-        cj_all = np.flatnonzero(comm)
-        vi_all = np.flatnonzero(self.victim & (end > start))
-        cj_all = cj_all[np.argsort(self.rank[cj_all], kind="stable")]
-        vi_all = vi_all[np.argsort(self.rank[vi_all], kind="stable")]
-        c_rank, v_rank = self.rank[cj_all], self.rank[vi_all]
-        ranks = np.unique(c_rank)
-        c_cut = np.searchsorted(c_rank, ranks), np.searchsorted(c_rank, ranks, side="right")
-        v_cut = np.searchsorted(v_rank, ranks), np.searchsorted(v_rank, ranks, side="right")
-        for i in range(len(ranks)):  # ranks
-            vi = vi_all[v_cut[0][i]:v_cut[1][i]]
-            if not len(vi):
-                continue
-            cj = cj_all[c_cut[0][i]:c_cut[1][i]]
-            dc, df = self._rank(cj, vi, compute, fetch, ready, start, end)
-            c_out[vi] += dc
-            f_out[vi] += df
+        # all ranks at once: every array below is grouped by rank (one stable sort), and each
+        # search or running sum stays inside its rank, so the arithmetic per rank is exactly
+        # that of a loop over ranks
+        cj = np.flatnonzero(comm)
+        vi = np.flatnonzero(self.victim & (end > start))
+        cj = cj[np.argsort(self.rank[cj], kind="stable")]
+        vi = vi[np.argsort(self.rank[vi], kind="stable")]
+        cr, vr = self.rank[cj], self.rank[vi]
+        # segments of constant (SMs held, HBM share, transfers running) per rank
+        a, s, e = ready[cj], np.maximum(start[cj], ready[cj]), end[cj]
+        pr, pts = _unique_pairs(np.concatenate([cr, cr, cr]), np.concatenate([a, s, e]))
+        held, hbm, xfer = (np.zeros(len(pts)) for _ in range(3))
+        np.add.at(held, _search(pr, pts, cr, a), self.held[cj])
+        np.add.at(held, _search(pr, pts, cr, e), -self.held[cj])
+        np.add.at(hbm, _search(pr, pts, cr, s), self.hbm[cj])
+        np.add.at(hbm, _search(pr, pts, cr, e), -self.hbm[cj])
+        np.add.at(xfer, _search(pr, pts, cr, s), 1.0)
+        np.add.at(xfer, _search(pr, pts, cr, e), -1.0)
+        held, hbm, xfer = (_cumsum_by_group(x, pr) for x in (held, hbm, xfer))
+        # a segment runs from a point to the next point of the same rank
+        inner = np.flatnonzero(pr[:-1] == pr[1:])
+        live = inner[(held[inner] > 1e-9) | (xfer[inner] > 0.5)]
+        sr, seg_s, seg_e = pr[live], pts[live], pts[live + 1]
+        held, hbm, xfer = held[live], hbm[live], xfer[live]
+        if not len(seg_s) or not len(vi):
+            return c_out, np.maximum(f_out, 0.0)
+        lo, hi = start[vi], end[vi]
+        first = _search(sr, seg_e, vr, lo, side="right")
+        last = _search(sr, seg_s, vr, hi, side="left") - 1
+        count = np.maximum(last - first + 1, 0)
+        if count.sum():
+            ev = np.repeat(np.arange(len(vi)), count)
+            offs = np.repeat(np.cumsum(count) - count, count)
+            seg = np.repeat(first, count) + (np.arange(int(count.sum())) - offs)
+            frac = ((np.minimum(hi[ev], seg_e[seg]) - np.maximum(lo[ev], seg_s[seg])).clip(0)
+                    / (hi - lo)[ev])
+            k = np.minimum(held[seg], self.sm_count - 1) if self.sm_count else np.zeros(len(seg))
+            c, x = compute[vi][ev], fetch[vi][ev]
+            t = c + x
+            t_mem = np.where(x > 0, t, self.mem_share[vi][ev] * t)
+            w = wave_ratio(self.grid[vi][ev], self.sm_count, k) if self.sm_count else 1.0
+            new_c = c * w * (1.0 + self.beta * (xfer[seg] > 0.5))
+            new_m = t_mem * (1.0 + hbm[seg])
+            new_t = np.maximum(new_c, new_m)
+            c_out[vi] += np.bincount(ev, weights=frac * (new_c - c), minlength=len(vi))
+            f_out[vi] += np.bincount(ev, weights=frac * ((new_t - new_c) - x), minlength=len(vi))
         return c_out, np.maximum(f_out, 0.0)
 
-    def _rank(self, cj, vi, compute, fetch, ready, start, end):
-        # segments of constant (SMs held, HBM share, transfers running)
-        a, s, e = ready[cj], np.maximum(start[cj], ready[cj]), end[cj]
-        pts = np.unique(np.concatenate([a, s, e]))
-        held, hbm, xfer = (np.zeros(len(pts)) for _ in range(3))
-        np.add.at(held, np.searchsorted(pts, a), self.held[cj])
-        np.add.at(held, np.searchsorted(pts, e), -self.held[cj])
-        np.add.at(hbm, np.searchsorted(pts, s), self.hbm[cj])
-        np.add.at(hbm, np.searchsorted(pts, e), -self.hbm[cj])
-        np.add.at(xfer, np.searchsorted(pts, s), 1.0)
-        np.add.at(xfer, np.searchsorted(pts, e), -1.0)
-        held, hbm, xfer = (np.cumsum(x)[:-1] for x in (held, hbm, xfer))
-        seg_s, seg_e = pts[:-1], pts[1:]
-        live = (held > 1e-9) | (xfer > 0.5)
-        seg_s, seg_e, held, hbm, xfer = (x[live] for x in (seg_s, seg_e, held, hbm, xfer))
-        z = np.zeros(len(vi))
-        if not len(seg_s):
-            return z, z.copy()
-        lo, hi = start[vi], end[vi]
-        first = np.searchsorted(seg_e, lo, side="right")
-        last = np.searchsorted(seg_s, hi, side="left") - 1
-        count = np.maximum(last - first + 1, 0)
-        if not count.sum():
-            return z, z.copy()
-        ev = np.repeat(np.arange(len(vi)), count)
-        offs = np.repeat(np.cumsum(count) - count, count)
-        seg = np.repeat(first, count) + (np.arange(int(count.sum())) - offs)
-        frac = ((np.minimum(hi[ev], seg_e[seg]) - np.maximum(lo[ev], seg_s[seg])).clip(0)
-                / (hi - lo)[ev])
-        k = np.minimum(held[seg], self.sm_count - 1) if self.sm_count else np.zeros(len(seg))
-        c, x = compute[vi][ev], fetch[vi][ev]
-        t = c + x
-        t_mem = np.where(x > 0, t, self.mem_share[vi][ev] * t)
-        w = wave_ratio(self.grid[vi][ev], self.sm_count, k) if self.sm_count else 1.0
-        new_c = c * w * (1.0 + self.beta * (xfer[seg] > 0.5))
-        new_m = t_mem * (1.0 + hbm[seg])
-        new_t = np.maximum(new_c, new_m)
-        dc = np.bincount(ev, weights=frac * (new_c - c), minlength=len(vi))
-        df = np.bincount(ev, weights=frac * ((new_t - new_c) - x), minlength=len(vi))
-        return dc, df
+
+def _unique_pairs(group: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (group, value) pairs, sorted by group and then value."""
+    o = np.lexsort((value, group))
+    g, v = group[o], value[o]
+    keep = np.ones(len(g), dtype=bool)
+    keep[1:] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
+    return g[keep], v[keep]
+
+
+def _search(kg: np.ndarray, kv: np.ndarray, qg: np.ndarray, qv: np.ndarray,
+            side: str = "left") -> np.ndarray:
+    """`np.searchsorted` of each query (group, value) in keys sorted by (group, value): the
+    number of keys before it in that order (``side`` as in searchsorted for equal values), so
+    within a group it is the group's first key index plus the searchsorted of its values."""
+    n = len(kv)
+    g = np.concatenate([kg, qg])
+    v = np.concatenate([kv, qv])
+    # among equal (group, value): keys first for side="right", queries first for "left"
+    tie = np.concatenate([np.zeros(n, np.int8), np.ones(len(qv), np.int8)])
+    if side == "left":
+        tie = 1 - tie
+    o = np.lexsort((tie, v, g))
+    is_key = o < n
+    before: np.ndarray = np.cumsum(is_key) - is_key
+    out = np.empty(len(qv), dtype=np.int64)
+    out[o[~is_key] - n] = before[~is_key]
+    return out
+
+
+def _cumsum_by_group(x: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Running sum of ``x`` restarting at each group (``group`` sorted): each group's sums in
+    the order, and so with the rounding, of `np.cumsum` over that group alone. Groups of like
+    length share one 2-D cumsum (lengths within 2x, so padding at most doubles the work)."""
+    out = np.empty(len(x))
+    if not len(x):
+        return out
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    lengths = np.diff(np.r_[starts, len(x)])
+    size_class = np.ceil(np.log2(lengths)).astype(np.int64)
+    for c in np.unique(size_class):
+        rows = np.flatnonzero(size_class == c)
+        width = int(lengths[rows].max())
+        col = np.arange(width)
+        valid = col[None, :] < lengths[rows][:, None]
+        idx = starts[rows][:, None] + col[None, :]
+        m = np.where(valid, x[np.minimum(idx, len(x) - 1)], 0.0)
+        out[idx[valid]] = np.cumsum(m, axis=1)[valid]
+    return out
 
 
 def wire_bytes(op: np.ndarray, bytes_in: np.ndarray, bytes_out: np.ndarray,
