@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replay.graph.sync as sync
 from replay.graph import build_graph
 from tests.replay_tables import by_name, dev, host, table
 
@@ -95,3 +100,52 @@ def test_wait_event_on_stream_4103_is_not_wired_to_stream_7():
     wait = by_name(t, "Wait Event")
     assert (by_name(t, "k4103"), wait, "sync") in e
     assert (by_name(t, "k7"), wait, "sync") not in e
+
+
+def _streams(members: list[list[tuple[int, int]]]):
+    """A `Streams` of the given streams: per stream, (launch key, end key) of its members in
+    launch order; event ids numbered stream by stream."""
+    launch = np.array([k for s in members for k, _ in s], dtype=np.int64)
+    end = np.array([e for s in members for _, e in s], dtype=np.int64)
+    bounds = np.cumsum([0] + [len(s) for s in members])
+    return sync.Streams(ids=np.arange(len(launch)), keys=np.arange(len(members)) * 10,
+                   starts=bounds[:-1], bounds=bounds, waits=np.zeros(0, dtype=np.int64),
+                   wait_keys=np.zeros(0, dtype=np.int64), launch_k=launch, end_k=end)
+
+
+def _last_brute(members, j, q_ts, q_end):
+    """The last member of stream j launched at or before q_ts that ended by q_end, looking back
+    over at most 64 members (the walk's bound)."""
+    if j < 0:
+        return -1
+    base = sum(len(s) for s in members[:j])
+    cand = [i for i, (k, _) in enumerate(members[j]) if k <= q_ts]
+    for i in reversed(cand[-64:]):
+        if members[j][i][1] <= q_end:
+            return base + i
+    return -1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), min_size=1,
+                         max_size=8), min_size=1, max_size=5),
+       st.lists(st.tuples(st.integers(-1, 4), st.integers(-5, 60), st.integers(0, 90)),
+                max_size=20),
+       st.booleans())
+def test_last_launched_before_matches_one_by_one(raw, queries, one_by_one):
+    # the last op of a stream launched before a query that had ended by its end: one search
+    # over all streams (keys shifted per stream) or stream by stream, the same answers
+    members = [sorted((k, k + d) for k, d in s) for s in raw]
+    stt = _streams(members)
+    j = np.array([min(q[0], len(members) - 1) for q in queries], dtype=np.int64)
+    q_ts = np.array([q[1] for q in queries], dtype=np.int64)
+    q_end = np.array([q[2] for q in queries], dtype=np.int64)
+    old = sync._FLAT_LIMIT
+    sync._FLAT_LIMIT = 0.0 if one_by_one else old
+    try:
+        got = stt.last(j, q_ts, q_end)
+    finally:
+        sync._FLAT_LIMIT = old
+    want = [_last_brute(members, a, b, c) for a, b, c in zip(j.tolist(), q_ts.tolist(),
+                                                              q_end.tolist())]
+    assert got.tolist() == want

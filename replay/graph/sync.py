@@ -11,27 +11,27 @@ import numpy as np
 from mtia_trace import keys
 from replay.graph.events import EventArrays
 
+#: members a query walks back over, at most, past those that had not ended by its end key
+_WALK_BACK = 64
 
-def _last_before(key_ts: np.ndarray, group_sorted_ts: np.ndarray, group_ids: np.ndarray,
-                 group_end: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
-    """For queries (ts, end): the last group member with key_ts <= ts whose end <= q_end.
 
-    Members are in stream order (key_ts non-decreasing); times are integer keys (`time_keys`).
-    Returns event ids or -1.
-    """
-    idx = np.searchsorted(group_sorted_ts, q_ts, side="right") - 1
-    out = np.full(len(q_ts), -1, dtype=np.int64)
-    ok = idx >= 0
-    # walk back over members that had not finished when the call returned (few; vectorized steps)
-    for _ in range(64):
-        if not ok.any():
+def _walk_back(idx: np.ndarray, first: np.ndarray, member_end: np.ndarray,
+               member_ids: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+    """From member ``idx`` (-1: none) back to ``first`` (the query's group's first member): the
+    first member that ended by ``q_end``, at most `_WALK_BACK` steps (members that had not
+    finished when the call returned are few). Returns member ids or -1."""
+    out = np.full(len(idx), -1, dtype=np.int64)
+    q = np.flatnonzero(idx >= first)  # queries still looking
+    cur = idx[q]
+    for _ in range(_WALK_BACK):
+        if not len(q):
             break
-        cand = np.where(ok, idx, 0)
-        good = ok & (group_end[cand] <= q_end)
-        out[good] = group_ids[cand[good]]
-        ok = ok & ~good
-        idx = idx - 1
-        ok &= idx >= 0
+        good = member_end[cur] <= q_end[q]
+        out[q[good]] = member_ids[cur[good]]
+        cur = cur[~good] - 1
+        q = q[~good]
+        alive = cur >= first[q]
+        q, cur = q[alive], cur[alive]
     return out
 
 
@@ -64,6 +64,8 @@ def find_launches(ev: EventArrays) -> tuple[Launches, dict[str, object]]:
 
 #: a query end no stream member passes
 _NEVER = np.iinfo(np.int64).max
+#: `Streams.last` shifts keys into one array while the shifted keys stay below this (int64)
+_FLAT_LIMIT = 2.0 ** 62
 
 
 @dataclass
@@ -82,15 +84,44 @@ class Streams:
     launch_k: np.ndarray
     end_k: np.ndarray
 
-    def last(self, key: int, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
-        """Per query: the last member of stream ``key`` launched at or before ``q_ts`` that
-        ended by ``q_end``; event ids or -1."""
-        j = np.searchsorted(self.keys, key)
-        if j >= len(self.keys) or self.keys[j] != key:
-            return np.full(len(q_ts), -1, dtype=np.int64)
-        ids = self.ids[self.bounds[j]:self.bounds[j + 1]]
-        return _last_before(self.launch_k[ids], self.launch_k[ids], ids, self.end_k[ids],
-                            q_ts, q_end)
+    def index(self, keys_: np.ndarray) -> np.ndarray:
+        """Position in ``keys`` of each stream key, -1 for a stream with no member."""
+        j = np.searchsorted(self.keys, keys_)
+        jc = np.minimum(j, max(len(self.keys) - 1, 0))
+        hit = (j < len(self.keys)) & (self.keys[jc] == keys_) if len(self.keys) else False
+        return np.where(hit, jc, -1).astype(np.int64)
+
+    def last(self, j: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+        """Per query: the last member of stream ``j`` (an `index`; -1: none) launched at or
+        before ``q_ts`` that ended by ``q_end``; event ids or -1.
+
+        One search over all streams at once: each member's launch key is shifted by its
+        stream's offset so the keys of all streams make one ascending array."""
+        out = np.full(len(j), -1, dtype=np.int64)
+        ok = np.flatnonzero(j >= 0)
+        if not len(ok) or not len(self.ids):
+            return out
+        lk = self.launch_k[self.ids]
+        lo, hi = lk[self.starts], lk[self.bounds[1:] - 1]
+        span = hi - lo + 1
+        mend = self.end_k[self.ids]
+        if float(span.astype(np.float64).sum()) >= _FLAT_LIMIT:  # would overflow: one by one
+            for s in np.unique(j[ok]).tolist():
+                q = ok[j[ok] == s]
+                a, b = int(self.bounds[s]), int(self.bounds[s + 1])
+                pos = a + np.searchsorted(lk[a:b], q_ts[q], side="right") - 1
+                out[q] = _walk_back(pos, np.full(len(q), a), mend, self.ids, q_end[q])
+            return out
+        off = np.concatenate([[0], np.cumsum(span)[:-1]]) - lo
+        per_member = np.repeat(off, np.diff(self.bounds))
+        flat = lk + per_member
+        js = j[ok]
+        before = q_ts[ok] < lo[js]  # launched before the stream's first member: none
+        qk = np.minimum(q_ts[ok], hi[js]) + off[js]
+        pos = np.searchsorted(flat, qk, side="right") - 1
+        pos[before] = -1
+        out[ok] = _walk_back(pos, self.starts[js], mend, self.ids, q_end[ok])
+        return out
 
 
 def order_streams(ev: EventArrays, lc: Launches) -> Streams:
@@ -111,38 +142,54 @@ def device_wait_edges(ev: EventArrays, st: Streams
                       ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
     """``sync`` edges (device side), as (src, dst) event ids: the recorded stream's last op before
     the event record (``Wait Event``, MTIA ``event_wait``) → the waiting marker. Notes: waits
-    seen and resolved."""
-    ev_src: list[int] = []
-    ev_dst: list[int] = []
+    seen and resolved.
+
+    A wait naming a record (``sync_corr``) takes the first device event with that correlation id
+    on its rank; without one, the last op of the named stream launched before the first host
+    event with it. A wait naming only a stream takes that stream's last op launched before it."""
     waits = st.waits
+    src = np.full(len(waits), -1, dtype=np.int64)
     if len(waits):
-        cid = np.flatnonzero(ev.corr >= 0)
-        ck, wck = keys.joint_codes((ev.rank[cid], ev.corr[cid]),
-                                   (ev.rank[waits], ev.sync_corr[waits]))
-        oc = np.argsort(ck, kind="stable")
-        cid = cid[oc]
-        cks = ck[oc]
-        for i, w in enumerate(waits.tolist()):  # waits are few (hundreds at most)
-            src = -1
-            if ev.sync_corr[w] >= 0:
-                key = wck[i]
-                lo, hi = np.searchsorted(cks, key), np.searchsorted(cks, key, side="right")
-                recs = cid[lo:hi]
-                recs = recs[recs != w]
-                dev_rec = recs[ev.is_dev[recs]]
-                if len(dev_rec):
-                    src = int(dev_rec[0])
-                elif len(recs) and ev.sync_stream[w] >= 0:
-                    r = int(recs[0])
-                    src = int(st.last(st.wait_keys[i], ev.ts_k[[r]], np.array([_NEVER]))[0])
-            elif ev.sync_stream[w] >= 0:
-                src = int(st.last(st.wait_keys[i], st.launch_k[[w]], np.array([_NEVER]))[0])
-            if src >= 0 and src != w:
-                ev_src.append(src)
-                ev_dst.append(w)
-    src_a = np.asarray(ev_src, dtype=np.int64)
-    dst_a = np.asarray(ev_dst, dtype=np.int64)
-    return src_a, dst_a, {"device_waits": len(waits), "device_waits_resolved": len(src_a)}
+        by_rec = ev.sync_corr[waits] >= 0
+        q_ts = np.where(by_rec, -1, st.launch_k[waits])  # -1: no stream query
+        if by_rec.any():
+            dev_rec, first_rec = _records(ev, waits)
+            src = np.where(by_rec, dev_rec, -1)
+            ask = by_rec & (dev_rec < 0) & (first_rec >= 0)
+            q_ts[ask] = ev.ts_k[first_rec[ask]]
+        ask = (q_ts >= 0) & (ev.sync_stream[waits] >= 0)
+        if ask.any():
+            j = np.where(ask, st.index(st.wait_keys), -1)
+            src = np.where(ask, st.last(j, q_ts, np.full(len(waits), _NEVER)), src)
+    keep = (src >= 0) & (src != waits)
+    return src[keep], waits[keep], {"device_waits": len(waits),
+                                    "device_waits_resolved": int(keep.sum())}
+
+
+def _records(ev: EventArrays, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per wait naming a record: the first device event (by id) other than the wait with its rank
+    and ``sync_corr`` as correlation id, and the first event of any kind; -1 where none."""
+    cid = np.flatnonzero(ev.corr >= 0)
+    ck, wck = keys.joint_codes((ev.rank[cid], ev.corr[cid]),
+                               (ev.rank[waits], ev.sync_corr[waits]))
+    oc = np.argsort(ck, kind="stable")
+    cid, cks = cid[oc], ck[oc]  # by key, then by event id
+    lo, hi = np.searchsorted(cks, wck), np.searchsorted(cks, wck, side="right")
+    lo = np.where(ev.sync_corr[waits] >= 0, lo, hi)  # only waits naming a record
+    cid_x = np.append(cid, -1)  # position len(cid): none
+
+    def skip_wait(p: np.ndarray, after: np.ndarray) -> np.ndarray:
+        """``p``, or ``after[p]`` where ``p`` is the wait itself (it is in its range once)."""
+        return np.where((p < hi) & (cid_x[p] == waits), after[np.minimum(p + 1, len(cid))], p)
+
+    # the next device record at or after each position
+    nd = np.where(ev.is_dev[cid], np.arange(len(cid)), len(cid))
+    nxt_dev = np.append(np.minimum.accumulate(nd[::-1])[::-1], len(cid))
+    p = skip_wait(nxt_dev[lo], nxt_dev)
+    dev_rec = np.where(p < hi, cid_x[p], -1)
+    q = skip_wait(lo, np.arange(len(cid) + 1))
+    first_rec = np.where(q < hi, cid_x[q], -1)
+    return dev_rec, first_rec
 
 
 def host_sync_edges(ev: EventArrays, lc: Launches, st: Streams
@@ -166,18 +213,11 @@ def host_sync_edges(ev: EventArrays, lc: Launches, st: Streams
     hs_dst: list[np.ndarray] = [cpl[blocking]]
     hs_ids = np.flatnonzero(host_sync)
     if len(hs_ids) and len(st.keys):
-        s_rank = ev.rank[st.ids[st.starts]]
-        s_str = ev.stream[st.ids[st.starts]]
-        for j, key in enumerate(st.keys.tolist()):  # loop over streams (few)
-            scope = hs_ids[ev.rank[hs_ids] == s_rank[j]]
-            ss = ev.sync_stream[scope]
-            scope = scope[(ss < 0) | (ss == s_str[j])]
-            if not len(scope):
-                continue
-            src = st.last(key, ev.ts_k[scope], ev.end_k[scope])
-            ok = src >= 0
-            hs_src.append(src[ok])
-            hs_dst.append(scope[ok])
+        j, scope = _sync_scopes(ev, st, hs_ids)
+        src = st.last(j, ev.ts_k[scope], ev.end_k[scope])
+        ok = src >= 0
+        hs_src.append(src[ok])
+        hs_dst.append(scope[ok])
     hsrc = np.concatenate(hs_src).astype(np.int64)
     hdst = np.concatenate(hs_dst).astype(np.int64)
     sync_lag = np.full(n, np.nan)
@@ -187,3 +227,20 @@ def host_sync_edges(ev: EventArrays, lc: Launches, st: Streams
         u = np.unique(hdst)
         sync_lag[u] = np.clip(np.minimum(ev.dur[u], ev.end[u] - dep_end[u]), 0.0, None)
     return hsrc, hdst, sync_lag, {"host_syncs": len(np.unique(hdst))}
+
+
+def _sync_scopes(ev: EventArrays, st: Streams, hs_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(stream index, synchronize call) pairs, stream by stream, calls in id order: every stream
+    of the call's rank, or only the one it names (``sync_stream``)."""
+    o = np.argsort(ev.rank[hs_ids], kind="stable")
+    hs, hs_rank = hs_ids[o], ev.rank[hs_ids[o]]
+    s_rank = ev.rank[st.ids[st.starts]]
+    s_str = ev.stream[st.ids[st.starts]]
+    lo = np.searchsorted(hs_rank, s_rank)
+    cnt = np.searchsorted(hs_rank, s_rank, side="right") - lo
+    j = np.repeat(np.arange(len(st.keys)), cnt)
+    first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+    scope = hs[np.arange(len(j)) - first + np.repeat(lo, cnt)]
+    ss = ev.sync_stream[scope]
+    keep = (ss < 0) | (ss == s_str[j])
+    return j[keep], scope[keep]
