@@ -17,7 +17,6 @@ For every point the scheduler records what bound it: the chain (track predecesso
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,15 +68,46 @@ def _track_sums(w: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     return C
 
 
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The integers of every range ``[lo_i, hi_i)`` one after another, and the range of each."""
+    cnt = hi - lo
+    seg = np.repeat(np.arange(len(lo)), cnt)
+    return np.arange(len(seg)) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt), seg
+
+
+#: segments longer than this take one running-maximum call each, the rest are scanned together
+_LONG = 64
+
+
+def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
+    """The running maximum of each segment ``m[starts_i:starts_i + lens_i]``, in place (the
+    segments are back to back). Short segments together: step d takes the maximum with the
+    value d back in the same segment (d = 1, 2, 4, ...); each long one by itself."""
+    if not len(m):
+        return
+    r = np.arange(len(m)) - np.repeat(starts, lens)  # position within its segment
+    top = int(min(lens.max(), _LONG))
+    d = 1
+    while d < top:
+        ok = r[d:] >= d
+        prev = m[:-d].copy()
+        np.maximum(m[d:], prev, out=m[d:], where=ok)
+        d *= 2
+    for i in np.flatnonzero(lens > _LONG).tolist():
+        a = int(starts[i])
+        np.maximum.accumulate(m[a:a + int(lens[i])], out=m[a:a + int(lens[i])])
+
+
 class _Solver:
     """Least schedule of the point chains plus cross-track edges.
 
     Per position k of a track: ``M_k = max(M_{k-1}, x_k - C_k)`` and ``T_k = C_k + M_k`` (C the
     track's running sum from its first point, x the latest input). M is carried instead of T, so
     every time is the same function of its track's inputs however the work is split (one process
-    or many). Tracks advance as far as their inputs are final (a worklist: a blocked track waits
-    for the track holding its missing input); instances of a collective, which wait for each
-    other, are settled together once all of them are otherwise ready. Anything else left (a
+    or many). Tracks advance as far as their inputs are final, all ready tracks in one vector
+    step per round (a worklist: a blocked track waits for the track holding its missing input);
+    instances of a collective, which wait for each other, are settled together once all of them
+    are otherwise ready. Anything else left (a
     cycle through a track chain) falls back to repeated rescans, which reach the same fixpoint.
     """
 
@@ -97,121 +127,101 @@ class _Solver:
         self.strk = trk[self.spos] if ne else np.zeros(0, dtype=np.int64)
         self.ebounds = np.searchsorted(self.dpos, self.ptr)  # edges into track t: [eb[t], eb[t+1])
         self.base_pos = g.base[self.order]
-        # the same arrays as Python lists, for the per-edge scalar reads of the worklist
-        self.ptr_l, self.eb_l = self.ptr.tolist(), self.ebounds.tolist()
-        self.dpos_l, self.spos_l, self.strk_l = (self.dpos.tolist(), self.spos.tolist(),
-                                                 self.strk.tolist())
 
     # -- the worklist -------------------------------------------------------------------------
     def run(self, xb: np.ndarray, npts: int, max_passes: int = 100_000) -> tuple[np.ndarray, int]:
-        ptr, ntr = self.ptr, self.ntr
+        ptr = self.ptr
         self.xb = xb
         self.T = np.full(npts, -np.inf)
         self.M = np.empty(len(self.order))
         self.f = ptr[:-1].copy()
         self.ep = self.ebounds[:-1].copy()
-        # per track s: {waiting track t: the earliest point of s whose end t waits for}
-        self.waiters: list[dict[int, int]] = [{} for _ in range(ntr)]
+        # per track: the track it waits for (-1: none) and the earliest point of it needed
+        self.wait_on = np.full(self.ntr, -1, dtype=np.int64)
+        self.wait_need = np.zeros(self.ntr, dtype=np.int64)
         end = ptr[1:]
-        work = np.flatnonzero(ptr[1:] > ptr[:-1]).tolist()
+        work = np.flatnonzero(ptr[1:] > ptr[:-1])
         while True:
-            while work:
-                t = work.pop()
-                if self._advance(t):
-                    work.extend(self._wake(t))
+            while len(work):
+                work = self._advance(work)
             if not (self.f < end).any():
                 return self.T, 1
             woke = self._settle_heads()
             if woke is None:
                 return self._rescan(npts, max_passes)
-            work.extend(woke)
+            work = woke
 
-    def _wake(self, s: int) -> list[int]:
-        ws = self.waiters[s]
-        if not ws:
-            return []
-        fs = int(self.f[s])
-        ready = [t for t, need in ws.items() if need < fs]
-        for t in ready:
-            del ws[t]
-        return ready
+    def _wake(self) -> np.ndarray:
+        """The waiting tracks whose awaited point is final now (no longer waiting)."""
+        w = np.flatnonzero(self.wait_on >= 0)
+        w = w[self.wait_need[w] < self.f[self.wait_on[w]]]
+        self.wait_on[w] = -1
+        return w
 
-    def _first_blocked(self, e0: int, e1: int) -> int:
-        """The first edge in ``[e0, e1)`` whose source is not final yet (``e1`` when none).
-        The first few edges are checked one by one (most scans stop there), then in chunks."""
-        spos_l, strk_l, f = self.spos_l, self.strk_l, self.f
-        e2 = min(e1, e0 + 8)
-        for e in range(e0, e2):
-            if spos_l[e] >= f[strk_l[e]]:
-                return e
-        spos, strk = self.spos, self.strk
-        e0, step = e2, 64
-        while e0 < e1:
-            e2 = min(e1, e0 + step)
-            bad = np.flatnonzero(spos[e0:e2] >= f[strk[e0:e2]])
-            if len(bad):
-                return e0 + int(bad[0])
-            e0 = e2
-            step *= 4
-        return e1
+    def _advance(self, ts: np.ndarray) -> np.ndarray:
+        """Finalize every track of ``ts`` as far as its inputs were final when the round began
+        (one step per track, all tracks at once); returns the tracks to advance next."""
+        f, ep = self.f, self.ep
+        e1 = self.ebounds[ts + 1]
+        eb = self._first_blocked(ep[ts], e1)
+        blocked = eb < e1
+        k = self.ptr[ts + 1]
+        k[blocked] = self.dpos[eb[blocked]]
+        eend = np.searchsorted(self.dpos, k)  # edges sorted by destination: those before k
+        moved = k > f[ts]
+        if moved.any():
+            self._finalize(ts[moved], f[ts[moved]], k[moved], ep[ts[moved]], eend[moved])
+        f[ts] = k
+        ep[ts] = eend
+        bt, be = ts[blocked], eb[blocked]
+        s, need = self.strk[be], self.spos[be]
+        final = need < f[s]  # e.g. its source is on its own track and now final
+        self.wait_on[bt[~final]] = s[~final]  # a track blocks on one point at a time
+        self.wait_need[bt[~final]] = need[~final]
+        return np.concatenate([bt[final], self._wake()])  # disjoint: those were not waiting
 
-    def _advance(self, t: int) -> bool:
-        """Finalize track t as far as its inputs are final; False when it did not move."""
-        b = self.ptr_l[t + 1]
-        e1 = self.eb_l[t + 1]
-        dpos_l = self.dpos_l
-        moved = False
-        while True:
-            a0, e0 = int(self.f[t]), int(self.ep[t])
-            if a0 >= b:
-                return moved
-            eb = self._first_blocked(e0, e1)
-            k = dpos_l[eb] if eb < e1 else b
-            if k > a0:
-                eend = bisect_left(dpos_l, k, e0, eb) if eb < e1 else e1
-                self._finalize(t, a0, k, e0, eend)
-                moved = True
-            if eb >= e1:
-                return moved
-            s, need = self.strk_l[eb], self.spos_l[eb]
-            if need < self.f[s]:
-                continue  # its source is on this track and now final
-            ws = self.waiters[s]  # one entry per waiting track: a track blocks on one point
-            ws[t] = min(need, ws.get(t, need))
-            return moved
+    def _first_blocked(self, e0: np.ndarray, e1: np.ndarray) -> np.ndarray:
+        """Per track: the first edge in ``[e0, e1)`` whose source is not final yet (``e1`` when
+        none). Windows of the first few edges are checked, growing for tracks found clear."""
+        out = e1.copy()
+        todo = np.flatnonzero(e0 < e1)
+        lo, width = e0[todo], 8
+        while len(todo):
+            hi = np.minimum(e1[todo], lo + width)
+            idx, seg = _ranges(lo, hi)
+            bad = np.flatnonzero(self.spos[idx] >= self.f[self.strk[idx]])
+            sb = seg[bad]
+            lead = np.ones(len(sb), dtype=bool)  # the first blocked edge of each track
+            lead[1:] = sb[1:] != sb[:-1]
+            hit = np.zeros(len(todo), dtype=bool)
+            hit[sb[lead]] = True
+            out[todo[sb[lead]]] = idx[bad[lead]]
+            more = ~hit & (hi < e1[todo])
+            todo, lo, width = todo[more], hi[more], width * 4
+        return out
 
-    def _finalize(self, t: int, a0: int, k: int, e0: int, eend: int) -> None:
-        if k - a0 <= 4:  # a few points (a collective's track, a lone sync): the arithmetic
-            T, M, C, xb = self.T, self.M, self.C, self.xb  # of the vector path, on scalars
-            src, lag, dpos_l, order = self.src, self.lag, self.dpos_l, self.order
-            ms = M[a0 - 1] if a0 > self.ptr_l[t] else -np.inf
-            e = e0
-            for j in range(a0, k):
-                xs = xb[j]
-                while e < eend and dpos_l[e] == j:
-                    xs = max(xs, T[src[e]] + lag[e])
-                    e += 1
-                ms = max(ms, xs - C[j])
-                M[j] = ms
-                T[order[j]] = C[j] + ms
-            self.f[t] = k
-            self.ep[t] = eend
-            return
-        x = self.xb[a0:k].copy()
-        if eend > e0:
-            np.maximum.at(x, self.dpos[e0:eend] - a0, self.T[self.src[e0:eend]] + self.lag[e0:eend])
+    def _finalize(self, ts: np.ndarray, a0: np.ndarray, k: np.ndarray, e0: np.ndarray,
+                  eend: np.ndarray) -> None:
+        """``M`` and ``T`` of positions ``[a0, k)`` of tracks ``ts`` from their inputs' final
+        times (edges ``[e0, eend)``): ``M_j = max(M_{j-1}, x_j - C_j)``, ``T_j = C_j + M_j``."""
+        P, _ = _ranges(a0, k)
+        lens = k - a0
+        starts = np.cumsum(lens) - lens  # where each track's segment begins in P
+        x = self.xb[P]
+        E, eseg = _ranges(e0, eend)
+        if len(E):
+            at = starts[eseg] + self.dpos[E] - a0[eseg]
+            np.maximum.at(x, at, self.T[self.src[E]] + self.lag[E])
         m = x
-        m -= self.C[a0:k]
-        np.maximum.accumulate(m, out=m)
-        if a0 > self.ptr[t]:
-            np.maximum(m, self.M[a0 - 1], out=m)
-        self.M[a0:k] = m
-        self.T[self.order[a0:k]] = self.C[a0:k] + m
-        self.f[t] = k
-        self.ep[t] = eend
+        m -= self.C[P]
+        cont = a0 > self.ptr[ts]  # the track's earlier points carry their running maximum
+        m[starts[cont]] = np.maximum(m[starts[cont]], self.M[a0[cont] - 1])
+        _segment_cummax(m, starts, lens)
+        self.M[P] = m
+        self.T[self.order[P]] = self.C[P] + m
 
     # -- collectives: heads waiting only for each other -------------------------------------
-    def _settle_heads(self) -> list[int] | None:
+    def _settle_heads(self) -> np.ndarray | None:
         f, ptr = self.f, self.ptr
         U = np.flatnonzero(f < ptr[1:])
         h = f[U]
@@ -264,10 +274,8 @@ class _Solver:
         self.T[self.order[hs]] = Th
         f[Ss] = hs + 1
         self.ep[Ss] = e_hi[sel]
-        woke = Ss.tolist()
-        for s in Ss.tolist():
-            woke.extend(self._wake(s))
-        return woke
+        self.wait_on[Ss] = -1  # advanced next anyway
+        return np.concatenate([Ss, self._wake()])
 
     # -- fallback: rescan until nothing moves ------------------------------------------------
     def _rescan(self, npts: int, max_passes: int = 100_000) -> tuple[np.ndarray, int]:

@@ -11,7 +11,7 @@ from replay.attribution import check_attribution
 from replay.costs import AsMeasured, split_by_kind
 from replay.graph import EDGE_CODE, Graph, build_graph
 from replay.run import replay_events
-from replay.scheduler import BOUND_RESOURCE, schedule
+from replay.scheduler import BOUND_RESOURCE, _segment_cummax, schedule
 from tests.replay_tables import dev, host, table
 
 
@@ -331,3 +331,18 @@ def test_worklist_work_per_round_does_not_grow_with_the_trace(monkeypatch):
         schedule(g, t.column("dur_us").to_numpy())
         per_round.append(calls["n"] / rounds)
     assert per_round[1] <= 1.25 * per_round[0], per_round
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 150), min_size=1, max_size=12), st.data())
+def test_segment_running_maximum(lens, data):
+    # back-to-back segments, short ones scanned together and long ones one by one: each is the
+    # running maximum of its own values only
+    vals = np.array(data.draw(st.lists(st.floats(-1e6, 1e6), min_size=sum(lens),
+                                       max_size=sum(lens))))
+    lens_a = np.array(lens)
+    starts = np.cumsum(lens_a) - lens_a
+    m = vals.copy()
+    _segment_cummax(m, starts, lens_a)
+    want = np.concatenate([np.maximum.accumulate(vals[a:a + n]) for a, n in zip(starts, lens)])
+    assert np.array_equal(m, want)
