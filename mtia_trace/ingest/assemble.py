@@ -21,7 +21,7 @@ from mtia_trace import keys, schema
 from mtia_trace.ingest import collectives
 from mtia_trace.ingest.classify import classify
 from mtia_trace.ingest.decode import RawLists
-from mtia_trace.ingest.kineto import RAW_FIELDS, RawFile
+from mtia_trace.ingest.kineto import CODED, RawFile
 from mtia_trace.ingest.nesting import END_TOLERANCE_US, parents
 from mtia_trace.ingest.rows import Rows
 from mtia_trace.ingest.shapes import op_cost, parse_size, table_bytes
@@ -39,28 +39,33 @@ def _isin(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
     return pd.Series(values, dtype=object, copy=False).isin(choices).to_numpy()
 
 
-def _join_raw(raws: list[RawFile]) -> tuple[list[bytes], list[np.ndarray]]:
-    """The distinct raw shape args of all files, and per file the map of its codes onto them
-    (ending in -1, so an absent value's code -1 maps to -1)."""
-    index: dict[bytes, int] = {}
-    code = index.setdefault
-    remaps = [np.array([code(v, len(index)) for v in r.raw] + [-1], dtype=np.int32) for r in raws]
+def _join_values(raws: list[RawFile]) -> tuple[dict[str, list[Any]], dict[str, list[np.ndarray]]]:
+    """The distinct values of every coded column over all files (`kineto.CODED`), and per file
+    the map of its codes onto them (ending in -1, so an absent value's code -1 maps to -1)."""
+    values: dict[str, list[Any]] = {}
+    remaps: dict[str, list[np.ndarray]] = {}
+    for key in raws[0].values:
+        index: dict[Any, int] = {}
+        code = index.setdefault
+        remaps[key] = [np.array([code(v, len(index)) for v in r.values[key]] + [-1],
+                                dtype=np.int32) for r in raws]
+        values[key] = list(index)
     for r in raws:
-        r.raw = []
-    return list(index), remaps
+        r.values = {}
+    return values, remaps
 
 
-def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray, list[bytes]]:
-    """All files' columns end to end, and the distinct raw shape args their codes index; each
+def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray, dict[str, list[Any]]]:
+    """All files' columns end to end, and the distinct values the coded columns index; each
     file's own columns and args are released once copied, so the per-file and the joined
     copies are not alive together."""
     n = sum(r.info.n_events for r in raws)
-    raw, remaps = _join_raw(raws)
+    values, remaps = _join_values(raws)
     cols: dict[str, Any] = {}
     for key in list(raws[0].cols):
         parts = [r.cols[key] for r in raws]
-        if key in RAW_FIELDS:
-            parts = [m[p] for m, p in zip(remaps, parts)]
+        if key in CODED:
+            parts = [m[p] for m, p in zip(remaps[CODED[key]], parts)]
         cols[key] = np.concatenate(parts)
         del parts
         for r in raws:
@@ -74,29 +79,42 @@ def _concat(raws: list[RawFile]) -> tuple[dict[str, Any], np.ndarray, list[bytes
         args[pos:pos + r.info.n_events] = r.args
         pos += r.info.n_events
         r.args = []
-    return cols, args, raw
+    return cols, args, values
 
 
-def _sort(cols: dict[str, Any], args: np.ndarray, raw: list[bytes]) -> tuple[Rows, np.ndarray]:
+def _sort(cols: dict[str, Any], args: np.ndarray, values: dict[str, list[Any]]
+          ) -> tuple[Rows, np.ndarray]:
     """The rows in events-table order (rank, track, ts_us, longer first), and their args."""
-    codes, uniq = pd.factorize(cols["track"])
-    rank_of_name = np.argsort(np.argsort(np.asarray(uniq, dtype=str), kind="stable"))
-    tcode = rank_of_name[codes]
+    labels = values["track"]
+    rank_of_name = np.argsort(np.argsort(np.asarray(labels, dtype=str), kind="stable"))
+    track_uniq = np.empty(len(labels), dtype=object)
+    track_uniq[rank_of_name] = labels
+    tcode = rank_of_name[cols.pop("track")]
     order = np.lexsort((-cols["dur_us"], cols["ts_us"], tcode, cols["rank"]))
+    tcode = tcode[order]
     for k in list(cols):  # one column at a time: the unsorted copy is freed as we go
         cols[k] = cols[k][order]
-    ncode, nuniq = pd.factorize(cols["name"])
-    rows = Rows(**cols, tcode=tcode[order], name_codes=ncode, name_uniq=nuniq, raw=raw)
+    name_uniq = np.array(values["name"], dtype=object)
+    cat_uniq = np.array(values["cat"], dtype=object)
+    ncode, ccode = cols.pop("name"), cols.pop("cat")
+    rows = Rows(**cols, name=name_uniq[ncode], cat=cat_uniq[ccode], track=track_uniq[tcode],
+                tcode=tcode, track_uniq=track_uniq, name_codes=ncode, name_uniq=name_uniq,
+                cat_codes=ccode, cat_uniq=cat_uniq, raw=values["raw"])
     cols.clear()
     return rows, args[order]
 
 
+def _text(codes: np.ndarray, uniq: np.ndarray) -> pa.Array:
+    """A string column from codes into its distinct values: each value's text converted once."""
+    return pa.array(uniq, type=pa.string()).take(pa.array(codes))
+
+
 def _kinds(rows: Rows) -> np.ndarray:
     """``kind`` per row: `classify` once per distinct (cat, name); instants by their phase."""
-    ccode, cuniq = pd.factorize(rows.cat, use_na_sentinel=False)
-    cuniq = [c if isinstance(c, str) else "" for c in cuniq]
+    ccode = rows.cat_codes.astype(np.int64)
+    cuniq = [c if isinstance(c, str) else "" for c in rows.cat_uniq.tolist()]
     ncode, nuniq = rows.name_codes, rows.name_uniq
-    pair, puniq = pd.factorize(ccode.astype(np.int64) * (len(nuniq) + 1) + ncode)
+    pair, puniq = pd.factorize(ccode * (len(nuniq) + 1) + ncode)
     kinds = np.array([classify(cuniq[p // (len(nuniq) + 1)], nuniq[p % (len(nuniq) + 1)])
                       for p in puniq.tolist()], dtype=object)
     kind = kinds[pair]
@@ -465,8 +483,9 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     del args
     paths = pa.array([r.info.path for r in raws], type=pa.string())
     cols: dict[str, Any] = {
-        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64), "name": rows.name,
-        "cat": rows.cat, "kind": kind, "ph": rows.ph, "track": rows.track,
+        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64),
+        "name": _text(rows.name_codes, rows.name_uniq), "cat": _text(rows.cat_codes, rows.cat_uniq),
+        "kind": kind, "ph": rows.ph, "track": _text(rows.tcode, rows.track_uniq),
         "is_device": rows.is_device, "device": rows.device, "stream": rows.stream,
         "ts_us": rows.ts_us, "dur_us": rows.dur_us, "step": step, "correlation": corr,
         "external_id": rows.external_id, "parent_id": parent, "depth": depth,

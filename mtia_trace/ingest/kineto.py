@@ -12,7 +12,8 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,9 @@ class FileInfo:
 @dataclass
 class RawFile:
     info: FileInfo
-    cols: dict[str, Any]               # numpy arrays / lists, one entry per row
-    args: list[Args | None]
-    raw: list[bytes]                   # distinct raw shape args; the RAW_FIELDS columns index it
+    cols: dict[str, Any]               # numpy arrays, one entry per row
+    args: np.ndarray                   # object: the Args later steps read, else None
+    values: dict[str, list[Any]]       # distinct values the CODED columns' codes index
     warnings: list[str]
 
 
@@ -79,8 +80,10 @@ def _as_int(v: Any) -> int | None:
 
 
 _PH = attrgetter("ph")
+_ARGS = attrgetter("args")
 _META = attrgetter("name", "pid", "tid", "args")
 _ROW_PHASES = frozenset({"X", "i", "I"})
+_FLOW_PHASES = frozenset({"s", "f"})
 
 
 def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -128,8 +131,10 @@ def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], l
     return (d if d is not None else -1, s if s is not None else -1)
 
 
-#: raw JSON shape args: columns of codes into the file's distinct raw values (`RawFile.raw`)
+#: raw JSON shape args: columns of codes into the file's distinct raw values
 RAW_FIELDS = ("input_dims", "input_type", "concrete")
+#: columns held as int32 codes (-1: absent) -> the `RawFile.values` list the codes index
+CODED = {"name": "name", "cat": "cat", "track": "track", **dict.fromkeys(RAW_FIELDS, "raw")}
 
 
 def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int
@@ -154,30 +159,76 @@ _LATE_FIELDS = tuple(f for f in Args.__struct_fields__
                      if f not in ("external_id", "external_id_old", "correlation", "device",
                                   "stream", "name", *RAW_FIELDS))
 _LATE = attrgetter(*_LATE_FIELDS)
-_N_LATE = len(_LATE_FIELDS)
+_NO_LATE = (None,) * len(_LATE_FIELDS)
 #: categories whose rows are read by args later even without any of those (syncs, MTIA queues)
 _KEEP_ARGS_CATS = frozenset({"cuda_sync", "mtia_ccp_events"})
 
 
-def _drop_spent(args: list[Args | None], arg_rows: np.ndarray, present: list[Args],
-                is_device: np.ndarray, cats: list[str | None]) -> None:
+def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
+                is_device: np.ndarray, keep_cat: np.ndarray) -> None:
     """Release the args no later step reads (most ops', kernels' and launches'): they are the
     bulk of the ingest's memory until the table is built. The ones kept drop their raw shape
     views (shapes are columns by now) and share one string per distinct process-group rank list."""
-    spent = np.fromiter((t.count(None) == _N_LATE for t in map(_LATE, present)), dtype=bool,
+    spent = np.fromiter(map(_NO_LATE.__eq__, map(_LATE, present)), dtype=bool,
                         count=len(present))
     host = np.flatnonzero(~is_device[arg_rows])
     if len(host):  # a host event's stream is read later (stream synchronize calls)
         spent[host[[present[j].stream is not None for j in host.tolist()]]] = False
-    for i in arg_rows[spent].tolist():
-        if cats[i] not in _KEEP_ARGS_CATS:
-            args[i] = None
+    spent &= ~keep_cat[arg_rows]
+    args[arg_rows[spent]] = None
     seen: dict[str, str] = {}
-    for a in (args[i] for i in arg_rows.tolist()):
-        if a is not None:
-            a.input_dims = a.input_type = a.concrete = None
-            if isinstance(a.pg_ranks, str):
-                a.pg_ranks = seen.setdefault(a.pg_ranks, a.pg_ranks)
+    for a in args[arg_rows[~spent]].tolist():
+        a.input_dims = a.input_type = a.concrete = None
+        if isinstance(a.pg_ranks, str):
+            a.pg_ranks = seen.setdefault(a.pg_ranks, a.pg_ranks)
+
+
+def _partition(events: list[Event]) -> tuple[list[Event], list[Event], list[Event], dict[str, int]]:
+    """(rows, metadata events, flow events, events per phase) of a file's events."""
+    ph_all = list(map(_PH, events))
+    phases = dict(Counter(ph_all))
+    rows = list(compress(events, map(_ROW_PHASES.__contains__, ph_all)))
+    meta = list(compress(events, map("M".__eq__, ph_all))) if "M" in phases else []
+    flows = (list(compress(events, map(_FLOW_PHASES.__contains__, ph_all)))
+             if "s" in phases or "f" in phases else [])
+    return rows, meta, flows, phases
+
+
+def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.ndarray,
+            thread_names: dict[tuple[Any, Any], list[str]]
+            ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """(track code per row, the track labels it indexes, device, stream): host rows run on
+    ``host:<pid>:<tid>``, device rows on ``dev:<device>:<stream>`` (`_place`), each worked out
+    once per distinct (pid, tid, args.device, args.stream)."""
+    n = len(pids)
+    p_code, p_uniq = codes(pids)
+    t_code, t_uniq = codes(tids)
+    pt_code, pt_uniq = pd.factorize(p_code * len(t_uniq) + t_code)
+    labels = [f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}"
+              for k in pt_uniq.tolist()]
+    track = pt_code.astype(np.int32)
+    device = np.full(n, -1, dtype=np.int64)
+    stream = np.full(n, -1, dtype=np.int64)
+    dev_idx = np.flatnonzero(is_device)
+    if len(dev_idx):
+        dargs = args[dev_idx].tolist()
+        d_code, d_uniq = codes([a.device if a is not None else None for a in dargs])
+        s_code, s_uniq = codes([a.stream if a is not None else None for a in dargs])
+        del dargs
+        combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
+        k_code, k_uniq = pd.factorize(combo)
+        placed = []
+        for k in k_uniq.tolist():
+            k, s = divmod(k, len(s_uniq))
+            k, d = divmod(k, len(d_uniq))
+            p, t = divmod(int(pt_uniq[k]), len(t_uniq))
+            placed.append(_place((p_uniq[p], t_uniq[t], _none(d_uniq[d]), _none(s_uniq[s])),
+                                 thread_names))
+        device[dev_idx] = np.array([d for d, _ in placed], dtype=np.int64)[k_code]
+        stream[dev_idx] = np.array([s for _, s in placed], dtype=np.int64)[k_code]
+        track[dev_idx] = len(labels) + k_code
+        labels += [f"dev:{d}:{s}" for d, s in placed]
+    return track, labels, device, stream
 
 
 def read_file(path: Path) -> RawFile:
@@ -189,15 +240,9 @@ def read_file(path: Path) -> RawFile:
     doc: Document = decode(path, raw)
     del raw
 
-    events = doc.traceEvents
-    ph_all = list(map(_PH, events))
-    phases = dict(Counter(ph_all))
-    rows = [e for e, p in zip(events, ph_all) if p in _ROW_PHASES]
-    thread_names = _thread_names([e for e, p in zip(events, ph_all) if p == "M"]
-                                 if "M" in phases else [])
-    flow_events = ([e for e, p in zip(events, ph_all) if p == "s" or p == "f"]
-                   if "s" in phases or "f" in phases else [])
-    del events, ph_all
+    rows, meta, flow_events, phases = _partition(doc.traceEvents)
+    thread_names = _thread_names(meta)
+    del meta
     doc.traceEvents = []  # the rows are all that is kept of the decoded events
     n = len(rows)
     if n == 0:
@@ -205,8 +250,10 @@ def read_file(path: Path) -> RawFile:
             f"{path}: no complete (ph \"X\") or instant (ph \"i\") events; "
             "the trace is empty — profile at least one active step"
         )
-    names, cats, phs, pids, tids, ts_list, dur_list, args = (
-        list(map(attrgetter(f), rows)) for f in ("name", "cat", "ph", "pid", "tid", "ts", "dur", "args"))
+    names, cats, phs, pids, tids, ts_list, dur_list = (
+        list(map(attrgetter(f), rows)) for f in ("name", "cat", "ph", "pid", "tid", "ts", "dur"))
+    args = np.empty(n, dtype=object)
+    args[:] = list(map(_ARGS, rows))
     ts = np.array(ts_list, dtype=np.float64)  # None -> nan
     if np.isnan(ts).any():
         i = int(np.flatnonzero(np.isnan(ts))[0])
@@ -236,18 +283,18 @@ def read_file(path: Path) -> RawFile:
     is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
     is_runtime = np.array([c in RUNTIME_CATS for c in cat_uniq], dtype=bool)[cat_code]
 
-    has_args = np.array([a is not None for a in args], dtype=bool)
-    arg_rows = np.flatnonzero(has_args)
+    arg_rows = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), dtype=bool, count=n))
     external = np.full(n, -1, dtype=np.int64)
     correlation = np.full(n, -1, dtype=np.int64)
-    present = [args[i] for i in arg_rows.tolist()]
+    present = args[arg_rows].tolist()
     raw_cols, raw_values = _raw_codes(present, arg_rows, n)
     if len(arg_rows):
         ext, ext_old, corr = (_int_or(list(map(attrgetter(f), present)), -1)
                               for f in ("external_id", "external_id_old", "correlation"))
         external[arg_rows] = np.where(ext >= 0, ext, ext_old)
         correlation[arg_rows] = corr
-        _drop_spent(args, arg_rows, present, is_device, cats)
+        keep_cat = np.array([c in _KEEP_ARGS_CATS for c in cat_uniq], dtype=bool)[cat_code]
+        _drop_spent(args, arg_rows, present, is_device, keep_cat)
     del present
 
     # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
@@ -260,32 +307,7 @@ def read_file(path: Path) -> RawFile:
             if fid is not None and (fid := _as_int(fid)) is not None:
                 correlation[i] = fid
 
-    p_code, p_uniq = codes(pids)
-    t_code, t_uniq = codes(tids)
-    pt_code, pt_uniq = pd.factorize(p_code * len(t_uniq) + t_code)
-    host_labels = np.array([f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}"
-                            for k in pt_uniq.tolist()], dtype=object)
-    track = host_labels[pt_code]
-    device = np.full(n, -1, dtype=np.int64)
-    stream = np.full(n, -1, dtype=np.int64)
-    dev_idx = np.flatnonzero(is_device)
-    if len(dev_idx):
-        dargs = [args[i] for i in dev_idx.tolist()]
-        d_code, d_uniq = codes([a.device if a is not None else None for a in dargs])
-        s_code, s_uniq = codes([a.stream if a is not None else None for a in dargs])
-        del dargs
-        combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
-        k_code, k_uniq = pd.factorize(combo)
-        placed = []
-        for k in k_uniq.tolist():
-            k, s = divmod(k, len(s_uniq))
-            k, d = divmod(k, len(d_uniq))
-            p, t = divmod(int(pt_uniq[k]), len(t_uniq))
-            placed.append(_place((p_uniq[p], t_uniq[t], _none(d_uniq[d]), _none(s_uniq[s])),
-                                 thread_names))
-        device[dev_idx] = np.array([d for d, _ in placed], dtype=np.int64)[k_code]
-        stream[dev_idx] = np.array([s for _, s in placed], dtype=np.int64)[k_code]
-        track[dev_idx] = np.array([f"dev:{d}:{s}" for d, s in placed], dtype=object)[k_code]
+    track, track_labels, device, stream = _tracks(pids, tids, is_device, args, thread_names)
 
     di = doc.distributedInfo or {}
     rank = _as_int(di.get("rank")) if isinstance(di, dict) else None
@@ -307,8 +329,8 @@ def read_file(path: Path) -> RawFile:
     n_code, n_uniq = codes(names)  # one str object per distinct name, not per row
     del names
     cols = {
-        "name": np.array(n_uniq, dtype=object)[n_code],
-        "cat": np.array(cat_uniq, dtype=object)[cat_code],
+        "name": n_code.astype(np.int32),
+        "cat": cat_code.astype(np.int32),
         "ph": ph,
         "track": track,
         "is_device": is_device,
@@ -320,4 +342,5 @@ def read_file(path: Path) -> RawFile:
         "external_id": external,
         **raw_cols,
     }
-    return RawFile(info=info, cols=cols, args=args, raw=raw_values, warnings=warnings)
+    values = {"name": n_uniq, "cat": cat_uniq, "track": track_labels, "raw": raw_values}
+    return RawFile(info=info, cols=cols, args=args, values=values, warnings=warnings)

@@ -29,9 +29,12 @@ class Rows:
     external_id: np.ndarray
     rank: np.ndarray
     file: np.ndarray          # index of the row's file
-    tcode: np.ndarray         # track code, ordered as the track names
-    name_codes: np.ndarray    # codes of ``name`` into ``name_uniq`` (factorized once)
+    tcode: np.ndarray         # codes of ``track`` into ``track_uniq``, ordered as the names
+    track_uniq: np.ndarray
+    name_codes: np.ndarray    # codes of ``name`` into ``name_uniq`` (each distinct name once)
     name_uniq: np.ndarray
+    cat_codes: np.ndarray     # codes of ``cat`` into ``cat_uniq``
+    cat_uniq: np.ndarray
     input_dims: np.ndarray    # raw shape args: codes into ``raw`` (-1: absent)
     input_type: np.ndarray
     concrete: np.ndarray
