@@ -16,6 +16,7 @@ For every point the scheduler records what bound it: the chain (track predecesso
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass
 
@@ -344,8 +345,8 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
             current = True
         if pools.done():
             break
-    if not current:
-        sched = _bindings(g, solver, T, w, pos, res_x)
+    if not current:  # the times are those of sched: only the waits for units are new
+        sched = _queued(sched, res_x)
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
@@ -385,6 +386,7 @@ class _Pools:
         self.settled = np.zeros(len(self.ev), dtype=bool)
         self.fifo: list[list[int]] = [[] for _ in range(self.npool)]  # settled, in FIFO order
         self.rounds = 0
+        self._kept: list[list[float]] | None = None  # the heaps after a round that moved nothing
 
     def done(self) -> bool:
         return bool(self.settled.all())
@@ -409,14 +411,17 @@ class _Pools:
         ev = self.ev
         ready = s.peer_ready[2 * ev]  # type: ignore[index]
         start, end = s.T[2 * ev], s.T[2 * ev + 1]
-        heaps = self._heaps(end)
+        # the units' free times: kept from the last round when it moved nothing (its pops and
+        # pushes leave what `_heaps` builds from the same ends), else built again
+        heaps = self._kept if self._kept is not None else self._heaps(end)
         U = np.flatnonzero(~self.settled)
         horizon = float((ready[U] + self.dur[U]).min())
         o = U[np.lexsort((ev[U], ready[U]))]
         # per pool, the unsettled events in FIFO order; a pool's head is the next to settle
-        heads: list[list[int]] = [[] for _ in range(self.npool)]
-        for j in o.tolist():
-            heads[self.pool[j]].append(j)
+        by_pool = o[np.argsort(self.pool[o], kind="stable")]
+        cut = np.searchsorted(self.pool[by_pool], np.arange(self.npool + 1)).tolist()
+        by_pool_l = by_pool.tolist()
+        heads = [by_pool_l[cut[p]:cut[p + 1]] for p in range(self.npool)]
         nxt = [0] * self.npool
         blocked = [False] * self.npool
         seen = np.zeros(len(ev), dtype=bool)
@@ -461,6 +466,7 @@ class _Pools:
             progress = True
         assert progress, ("resource pools do not converge: collectives wait for each other's "
                           "units in a cycle")
+        self._kept = None if delayed else heaps
         return delayed
 
     def check(self, s: Schedule, res_x: np.ndarray) -> None:
@@ -555,15 +561,21 @@ def _bindings(g: Graph, solver: _Solver, T: np.ndarray, w: np.ndarray, pos: np.n
         waited = gl[grp] > r_m + _TOL
         bound[2 * members[waited]] = _COLL
         bsrc[2 * members[waited]] = lp[grp[waited]]
-    queue = np.zeros(n)
-    if res_x is not None:
-        queued = np.flatnonzero(res_x > peer + _TOL)
-        bound[queued] = BOUND_RESOURCE
-        bsrc[queued] = -1
-        queue = (T[0::2] - peer[0::2]).clip(0)
-        queue[res_x[0::2] <= peer[0::2] + _TOL] = 0.0
     sched = Schedule(T=T, w=w, pos=pos, ready=ready, bound=bound, bound_src=bsrc,
-                     coll_wait=coll_wait, queue=queue, passes=0)
+                     coll_wait=coll_wait, queue=np.zeros(n), passes=0)
     sched.peer_ready = peer
     sched.own_bound, sched.own_src = own_bound, own_src
-    return sched
+    return sched if res_x is None else _queued(sched, res_x)
+
+
+def _queued(s: Schedule, res_x: np.ndarray) -> Schedule:
+    """``s`` with the waits for resource units ``res_x`` (per point: when its unit is free):
+    queueing past the ready time and the resource bindings; ``s`` itself is unchanged."""
+    peer = s.peer_ready
+    bound, bsrc = s.bound.copy(), s.bound_src.copy()
+    queued = np.flatnonzero(res_x > peer + _TOL)  # type: ignore[operator]
+    bound[queued] = BOUND_RESOURCE
+    bsrc[queued] = -1
+    queue = (s.T[0::2] - peer[0::2]).clip(0)  # type: ignore[index]
+    queue[res_x[0::2] <= peer[0::2] + _TOL] = 0.0  # type: ignore[index]
+    return dataclasses.replace(s, bound=bound, bound_src=bsrc, queue=queue)
