@@ -41,9 +41,9 @@ class PathTables:
     (``act``: category ids with any time; the others are zero everywhere)."""
 
     act: np.ndarray         # (nact,) category ids of the rows below
-    contrib: np.ndarray     # (nact, npos): chain segment ending at each pure position
-    cum: np.ndarray         # (nact, npos + 1): cum[:, k + 1] = contrib[:, a:k + 1].sum(1), a the
-    #                         first position of k's track (sums restart per track)
+    cum: np.ndarray         # (nact, npos + 1): cum[:, k + 1] = the sum of the chain segments
+    #                         (`contrib_at`) at positions a..k, a the first position of k's
+    #                         track (sums restart per track)
     frac: np.ndarray        # (nact, n): per-event cost split (fractions summing to 1)
     run_start: np.ndarray   # per position: the last position <= it that is not chain-bound
     tpos: np.ndarray        # per position: time
@@ -51,6 +51,18 @@ class PathTables:
     own: np.ndarray         # per position: an end point reached by its event's own duration
     unx_w: np.ndarray       # per position: unexplained part of the chain lag into it (us)
     ucum: np.ndarray        # (npos + 1,): per-track prefix sums of the unexplained overlay
+    ev: np.ndarray          # per position: its event
+    rows: tuple[int, int]   # the rows of ``host`` and ``idle`` in the tables
+
+    def contrib_at(self, k: int, seg: float) -> np.ndarray:
+        """(nact,): the chain segment of length ``seg`` ending at pure position ``k``, split
+        into the categories (as summed into ``cum``): an end reached by its event's own
+        duration by the event's cost split, a device start's lag idle, other host steps host."""
+        if self.own[k]:
+            return self.frac[:, self.ev[k]] * seg
+        out = np.zeros(len(self.act))
+        out[self.rows[1] if self.dev_pos[k] else self.rows[0]] = seg
+        return out
 
 
 def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTables:
@@ -79,7 +91,8 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
     is_end = (order % 2) == 1
     own = (g.leaf_end | (dev_pos & is_end))
-    contrib = np.zeros((len(act), npos))
+    cum = np.zeros((len(act), npos + 1))
+    contrib = cum[:, 1:]  # each segment in place, then summed in place per track
     ev = order // 2
     ko = np.flatnonzero(own)
     contrib[:, ko] = frac[:, ev[ko]] * seg[ko]
@@ -87,7 +100,8 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     contrib[row[CAT["idle"]], di] = seg[di]
     hi = ~dev_pos & ~own
     contrib[row[CAT["host"]], hi] = seg[hi]
-    cum = _track_cumsum(contrib, g.track_ptr)
+    del contrib, ko
+    _track_cumsum(cum, g.track_ptr)
     idx = np.where(~pure, np.arange(npos), 0)
     run_start = np.maximum.accumulate(idx) if npos else idx
     unx_w = np.zeros(npos)
@@ -96,26 +110,25 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     if g.unexplained_gap is not None:
         gp = g.unexplained_gap & hi
         unx_w[gp] = s.w[gp]
-    ucum = _track_cumsum(np.minimum(np.maximum(unx_w, 0.0), seg)[None, :], g.track_ptr)[0]
-    return PathTables(act=act, contrib=contrib, cum=cum, frac=frac, run_start=run_start,
-                      tpos=tpos, dev_pos=dev_pos, own=own, unx_w=unx_w, ucum=ucum)
+    ucum = np.zeros((1, npos + 1))
+    ucum[0, 1:] = np.minimum(np.maximum(unx_w, 0.0), seg)
+    _track_cumsum(ucum, g.track_ptr)
+    return PathTables(act=act, cum=cum, frac=frac, run_start=run_start, tpos=tpos,
+                      dev_pos=dev_pos, own=own, unx_w=unx_w, ucum=ucum[0], ev=ev,
+                      rows=(row[CAT["host"]], row[CAT["idle"]]))
 
 
-def _track_cumsum(contrib: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """``cum[:, k + 1]``: the sum of ``contrib`` from the first position of k's track to k. Walks
-    only take differences within a track; restarting per track makes every sum depend on its
-    track alone (not on how many other tracks the table holds), so a shard replays bit for bit
-    what the whole run does."""
-    npos = contrib.shape[1]
-    cum = np.zeros((contrib.shape[0], npos + 1))
-    cum[:, 1:] = contrib
+def _track_cumsum(cum: np.ndarray, ptr: np.ndarray) -> None:
+    """In place: ``cum[:, k + 1]`` (holding position k's value) becomes the sum of the values
+    from the first position of k's track to k. Walks only take differences within a track;
+    restarting per track makes every sum depend on its track alone (not on how many other
+    tracks the table holds), so a shard replays bit for bit what the whole run does."""
     ln = np.diff(ptr)
     two = ptr[:-1][ln == 2]
     cum[:, two + 2] += cum[:, two + 1]
     for t in np.flatnonzero(ln > 2).tolist():  # loop over tracks (few)
         a, b = int(ptr[t]), int(ptr[t + 1])
-        np.cumsum(contrib[:, a:b], axis=1, out=cum[:, a + 1:b + 1])
-    return cum
+        np.cumsum(cum[:, a + 1:b + 1], axis=1, out=cum[:, a + 1:b + 1])
 
 
 def _edge_category(bound: int, on_device: bool) -> int:
@@ -172,7 +185,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             unx += pt.ucum[k + 1] - pt.ucum[j + 1]
             seg = pt.tpos[j] - pt.tpos[j - 1]
             if seg > 0:
-                parts[pt.act] += pt.contrib[:, j] * ((pt.tpos[j] - ws) / seg)
+                parts[pt.act] += pt.contrib_at(j, seg) * ((pt.tpos[j] - ws) / seg)
                 unx += (pt.ucum[j + 1] - pt.ucum[j]) * ((pt.tpos[j] - ws) / seg)
             ranges.append((j, k))
             break

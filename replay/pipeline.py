@@ -186,6 +186,7 @@ def schedule_costs(events: pa.Table, g: Graph, c: Costed, slow: float,
     stretched = stretch(events, s, c, slow, local)
     if stretched is not None:
         c = stretched
+        del s  # not kept alive beside the next one (its arrays are a few per point)
         s = run_schedule(g, c)
     return s, c
 
@@ -205,6 +206,7 @@ def attribute(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
     """Attribute every step; ``ranks``: keep (and check) only these ranks' steps and summary."""
     pt = path_tables(g, s, comps)
     steps, walks = attribute_steps(events, g, s, pt)
+    del pt  # the largest tables of the stage (categories x points): free before the next
     crit = mark_critical(g, walks, passive_events(events))
     out = replayed_events(events, g, s, comps, crit)
     summary = summarize(events, g, s, comps, steps)

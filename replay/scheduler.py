@@ -16,7 +16,6 @@ For every point the scheduler records what bound it: the chain (track predecesso
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from dataclasses import dataclass
 
@@ -569,13 +568,13 @@ def _bindings(g: Graph, solver: _Solver, T: np.ndarray, w: np.ndarray, pos: np.n
 
 
 def _queued(s: Schedule, res_x: np.ndarray) -> Schedule:
-    """``s`` with the waits for resource units ``res_x`` (per point: when its unit is free):
-    queueing past the ready time and the resource bindings; ``s`` itself is unchanged."""
+    """``s``, in place, with the waits for resource units ``res_x`` (per point: when its unit
+    is free): queueing past the ready time and the resource bindings (``res_x`` only grows
+    from one round to the next, so bindings set by an earlier call are set again)."""
     peer = s.peer_ready
-    bound, bsrc = s.bound.copy(), s.bound_src.copy()
     queued = np.flatnonzero(res_x > peer + _TOL)  # type: ignore[operator]
-    bound[queued] = BOUND_RESOURCE
-    bsrc[queued] = -1
-    queue = (s.T[0::2] - peer[0::2]).clip(0)  # type: ignore[index]
-    queue[res_x[0::2] <= peer[0::2] + _TOL] = 0.0  # type: ignore[index]
-    return dataclasses.replace(s, bound=bound, bound_src=bsrc, queue=queue)
+    s.bound[queued] = BOUND_RESOURCE
+    s.bound_src[queued] = -1
+    s.queue = (s.T[0::2] - peer[0::2]).clip(0)  # type: ignore[index]
+    s.queue[res_x[0::2] <= peer[0::2] + _TOL] = 0.0  # type: ignore[index]
+    return s
