@@ -57,15 +57,28 @@ def _dims_bytes(op: str | None, raw_dims: bytes, raw_types: bytes | None, group:
     return float(in_n * size), float(out_n * size), dtype
 
 
-def _default_pg(dist: dict[str, Any]) -> tuple[str | None, int, str | None]:
+def _default_pg(dist: dict[str, Any], texts: dict[tuple[int, ...], str]
+                ) -> tuple[str | None, int, str | None]:
+    """(pg name, size, rank list) of a rank's only process group, from its distributedInfo;
+    ``texts`` memoizes rank lists as text (every rank of a job records the same ones)."""
     cfg = dist.get("pg_config") or []
     if len(cfg) == 1 and isinstance(cfg[0], dict):
         c = cfg[0]
         ranks = c.get("ranks")
         return (str(c.get("pg_name")), int(c.get("pg_size") or 0),
-                str(list(ranks)) if isinstance(ranks, list) else None)
+                _ranks_text(ranks, texts) if isinstance(ranks, list) else None)
     ws = dist.get("world_size")
     return None, int(ws) if isinstance(ws, int) and not cfg else 0, None
+
+
+def _ranks_text(ranks: list[Any], texts: dict[tuple[int, ...], str]) -> str:
+    if not set(map(type, ranks)) <= {int}:  # only plain ints are memoized (1, 1.0, True are equal)
+        return str(list(ranks))
+    key = tuple(ranks)
+    got = texts.get(key)
+    if got is None:
+        got = texts[key] = str(list(ranks))
+    return got
 
 
 def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, launch: np.ndarray,
@@ -93,7 +106,9 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
         return columns(), warnings
 
     # 1. per-event metadata
-    defaults = {r: _default_pg(d) for r, d in dist_by_rank.items()}
+    texts: dict[tuple[int, ...], str] = {}
+    defaults = {r: _default_pg(d, texts) for r, d in dist_by_rank.items()}
+    shared: dict[str, str] = {}  # one object per distinct rank list over all files
     lists = RawLists()
     sizes: dict[tuple[Any, ...], tuple[float, float, str | None]] = {}
     for i in idx.tolist():
@@ -106,8 +121,9 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
         d_pg, d_size, d_ranks = defaults.get(int(rank[i]), (None, 0, None))
         if a is not None and a.pg_name is not None:
             pg[i] = a.pg_name
-            pg_ranks[i] = a.pg_ranks if isinstance(a.pg_ranks, str) else (
+            v = a.pg_ranks if isinstance(a.pg_ranks, str) else (
                 str(a.pg_ranks) if a.pg_ranks is not None else None)
+            pg_ranks[i] = shared.setdefault(v, v) if v is not None else None
         else:
             pg[i], pg_ranks[i] = d_pg, d_ranks
         gsize[i] = a.group_size if a is not None and a.group_size else d_size
@@ -218,7 +234,8 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
             warnings.append(f"{nolink} device collectives are not linked to a host collective op")
 
     _share_within(rank, pg, seq, idx, b_in, b_out, gsize)
-    truncated = {str(v) for v in pg_ranks[idx].tolist() if v is not None and "..." in str(v)}
+    distinct = {id(v): v for v in pg_ranks[idx].tolist() if v is not None}.values()
+    truncated = {str(v) for v in distinct if "..." in str(v)}
     if truncated:
         warnings.append(f"{len(truncated)} process-group rank lists are truncated in the trace "
                         "(contain '...'); pg_ranks keeps them as recorded")

@@ -134,7 +134,10 @@ def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], l
 #: raw JSON shape args: columns of codes into the file's distinct raw values
 RAW_FIELDS = ("input_dims", "input_type", "concrete")
 #: columns held as int32 codes (-1: absent) -> the `RawFile.values` list the codes index
-CODED = {"name": "name", "cat": "cat", "track": "track", **dict.fromkeys(RAW_FIELDS, "raw")}
+CODED = {"name": "name", "cat": "cat", "ph": "ph", "track": "track",
+         **dict.fromkeys(RAW_FIELDS, "raw")}
+#: a row's phase in the table: complete or instant ("I" and "i" alike)
+_PHASES = ["X", "i"]
 
 
 def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int
@@ -260,9 +263,8 @@ def read_file(path: Path) -> RawFile:
         raise TraceFormatError(
             f"{path}: event {i} ({names[i]!r}) has no \"ts\"; fix or re-export the trace"
         )
-    ph = np.array(phs, dtype=object)
-    is_x = ph == "X"
-    ph[~is_x] = "i"
+    is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=n)
+    del phs
     dur = np.array(dur_list, dtype=np.float64)
     dur[np.isnan(dur) & ~is_x] = 0.0
     if np.isnan(dur).any():
@@ -331,7 +333,7 @@ def read_file(path: Path) -> RawFile:
     cols = {
         "name": n_code.astype(np.int32),
         "cat": cat_code.astype(np.int32),
-        "ph": ph,
+        "ph": (~is_x).astype(np.int32),  # codes into _PHASES
         "track": track,
         "is_device": is_device,
         "device": device,
@@ -342,5 +344,6 @@ def read_file(path: Path) -> RawFile:
         "external_id": external,
         **raw_cols,
     }
-    values = {"name": n_uniq, "cat": cat_uniq, "track": track_labels, "raw": raw_values}
+    values = {"name": n_uniq, "cat": cat_uniq, "ph": _PHASES, "track": track_labels,
+              "raw": raw_values}
     return RawFile(info=info, cols=cols, args=args, values=values, warnings=warnings)

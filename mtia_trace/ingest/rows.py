@@ -35,6 +35,8 @@ class Rows:
     name_uniq: np.ndarray
     cat_codes: np.ndarray     # codes of ``cat`` into ``cat_uniq``
     cat_uniq: np.ndarray
+    ph_codes: np.ndarray      # codes of ``ph`` into ``ph_uniq``
+    ph_uniq: np.ndarray
     input_dims: np.ndarray    # raw shape args: codes into ``raw`` (-1: absent)
     input_type: np.ndarray
     concrete: np.ndarray
