@@ -18,7 +18,7 @@ import re
 import stat
 import sys
 import zlib
-from operator import attrgetter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -102,7 +102,6 @@ class RawLists:
 
 
 _MISSING = object()
-_NAME = attrgetter("name")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -232,7 +231,8 @@ def read_bytes(path: Path) -> bytes | bytearray:
 
 
 def decode(path: Path, raw: bytes | bytearray) -> Document:
-    """Decode and check the top level; field-level type errors name the JSON path."""
+    """Decode and check the top level; field-level type errors name the JSON path. The
+    reader checks the step numbers (`check_steps`) on the names it collects anyway."""
     try:
         doc = msgspec.json.decode(raw, type=Document)
     except msgspec.ValidationError as exc:
@@ -249,14 +249,13 @@ def decode(path: Path, raw: bytes | bytearray) -> Document:
     except RecursionError:
         raise TraceFormatError(f"{path}: JSON nested too deeply to be a profiler trace (over "
                                f"{sys.getrecursionlimit()} levels); {_HINT}") from None
-    _check_steps(path, doc.traceEvents)
     return doc
 
 
-def _check_steps(path: Path, events: list[Event]) -> None:
-    """Refuse ``ProfilerStep#N`` with N past int32 (steps are an int32 column)."""
-    distinct = set(map(_NAME, events))  # names repeat: test each distinct one once
-    for name in (n for n in distinct if n.startswith("ProfilerStep#")):
+def check_steps(path: Path, names: Iterable[str]) -> None:
+    """Refuse ``ProfilerStep#N`` with N past int32 (steps are an int32 column); ``names``: the
+    distinct event names of the file (names repeat: each is tested once)."""
+    for name in (n for n in names if n.startswith("ProfilerStep#")):
         digits = name[len("ProfilerStep#"):]
         if digits.isdigit() and (len(digits) > 10 or int(digits) > MAX_STEP):
             raise TraceFormatError(f"{path}: event {name[:40]!r} numbers a step past {MAX_STEP}; "

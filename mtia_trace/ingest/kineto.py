@@ -12,7 +12,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ import pandas as pd
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
-from mtia_trace.ingest.decode import Args, Document, Event, decode, read_bytes
+from mtia_trace.ingest.decode import Args, Document, Event, check_steps, decode, read_bytes
 
 _RANK_IN_NAME = re.compile(r"(?:rank|_r)[-_]?(\d+)", re.I)
 _STREAM_IN_THREAD = re.compile(r"stream\s*(\d+)", re.I)
@@ -80,10 +80,12 @@ def _as_int(v: Any) -> int | None:
 
 
 _PH = attrgetter("ph")
+_NAME = attrgetter("name")
 _ARGS = attrgetter("args")
 _META = attrgetter("name", "pid", "tid", "args")
 _ROW_PHASES = frozenset({"X", "i", "I"})
 _FLOW_PHASES = frozenset({"s", "f"})
+_KNOWN_PHASES = _ROW_PHASES | _FLOW_PHASES | {"M"}
 
 
 def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -186,15 +188,18 @@ def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
             a.pg_ranks = seen.setdefault(a.pg_ranks, a.pg_ranks)
 
 
-def _partition(events: list[Event]) -> tuple[list[Event], list[Event], list[Event], dict[str, int]]:
-    """(rows, metadata events, flow events, events per phase) of a file's events."""
+def _partition(events: list[Event]
+               ) -> tuple[list[Event], list[Event], list[Event], list[Event], dict[str, int]]:
+    """(rows, metadata events, flow events, the other events, events per phase) of a file."""
     ph_all = list(map(_PH, events))
     phases = dict(Counter(ph_all))
     rows = list(compress(events, map(_ROW_PHASES.__contains__, ph_all)))
     meta = list(compress(events, map("M".__eq__, ph_all))) if "M" in phases else []
     flows = (list(compress(events, map(_FLOW_PHASES.__contains__, ph_all)))
              if "s" in phases or "f" in phases else [])
-    return rows, meta, flows, phases
+    other = ([e for e, p in zip(events, ph_all) if p not in _KNOWN_PHASES]
+             if len(rows) + len(meta) + len(flows) < len(events) else [])
+    return rows, meta, flows, other, phases
 
 
 def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.ndarray,
@@ -243,9 +248,12 @@ def read_file(path: Path) -> RawFile:
     doc: Document = decode(path, raw)
     del raw
 
-    rows, meta, flow_events, phases = _partition(doc.traceEvents)
+    rows, meta, flow_events, other, phases = _partition(doc.traceEvents)
+    names = list(map(_NAME, rows))
+    n_code, n_uniq = codes(names)  # one str object per distinct name, not per row
+    check_steps(path, chain(n_uniq, *(set(map(_NAME, e)) for e in (meta, flow_events, other))))
     thread_names = _thread_names(meta)
-    del meta
+    del meta, other
     doc.traceEvents = []  # the rows are all that is kept of the decoded events
     n = len(rows)
     if n == 0:
@@ -253,8 +261,8 @@ def read_file(path: Path) -> RawFile:
             f"{path}: no complete (ph \"X\") or instant (ph \"i\") events; "
             "the trace is empty — profile at least one active step"
         )
-    names, cats, phs, pids, tids, ts_list, dur_list = (
-        list(map(attrgetter(f), rows)) for f in ("name", "cat", "ph", "pid", "tid", "ts", "dur"))
+    cats, phs, pids, tids, ts_list, dur_list = (
+        list(map(attrgetter(f), rows)) for f in ("cat", "ph", "pid", "tid", "ts", "dur"))
     args = np.empty(n, dtype=object)
     args[:] = list(map(_ARGS, rows))
     ts = np.array(ts_list, dtype=np.float64)  # None -> nan
@@ -328,7 +336,6 @@ def read_file(path: Path) -> RawFile:
     other_ph = {p: c for p, c in phases.items() if p not in ("X", "i", "I", "M", "s", "f")}
     if other_ph:
         warnings.append(f"{path}: events with phases {other_ph} are not rows (only X and i are)")
-    n_code, n_uniq = codes(names)  # one str object per distinct name, not per row
     del names
     cols = {
         "name": n_code.astype(np.int32),
