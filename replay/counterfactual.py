@@ -20,6 +20,7 @@ from replay.attribution import step_windows
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
 from replay.graph import Graph, build_graph
 from replay.pipeline import Costed, costing_input, launch_latencies, modelled_lags, schedule_costs
+from replay.scheduler import SchedulePlan
 from replay.whatif import (
     ChainOwners,
     Change,
@@ -49,6 +50,8 @@ class Prepared:
     leaf: np.ndarray
     owners: ChainOwners
     notes: dict[str, object] = field(default_factory=dict)
+    #: the worklist's rounds, recorded by the first prediction and replayed by the others
+    plan: SchedulePlan = field(default_factory=SchedulePlan)
 
     def step_times(self, g: Graph | None = None,
                    comps: dict[str, np.ndarray] | None = None) -> np.ndarray:
@@ -58,7 +61,7 @@ class Prepared:
                    resource=np.asarray(self.costs.resource),
                    capacity=np.asarray(self.costs.resource_capacity), notes={},
                    interference=self.costs.interference)
-        s, _ = schedule_costs(self.events, g, c, self.slow)
+        s, _ = schedule_costs(self.events, g, c, self.slow, plan=self.plan)
         return window_times(self.events, g, s.T)
 
     def step_mean(self, g: Graph | None = None,

@@ -39,7 +39,7 @@ from replay.costs import COMPONENTS, MEASURED_DUR, CostModel, device_waits
 from replay.critical_path import mark_critical, path_tables
 from replay.graph import EDGE_CODE, Graph, _is_in
 from replay.intervals import overlap_fraction
-from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, schedule
+from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, SchedulePlan, schedule
 
 STAGES = ("graph", "lags", "cost", "schedule", "overlap", "attribute")
 
@@ -143,9 +143,10 @@ def cost(events: pa.Table, g: Graph, model: CostModel, local: np.ndarray | None 
                   notes=dict(costs.notes), interference=costs.interference)
 
 
-def run_schedule(g: Graph, c: Costed) -> Schedule:
-    """The ``schedule`` stage."""
-    return schedule(g, c.dur, c.resource, c.capacity)
+def run_schedule(g: Graph, c: Costed, plan: SchedulePlan | None = None) -> Schedule:
+    """The ``schedule`` stage (``plan``: `replay.scheduler.SchedulePlan`, for a graph scheduled
+    more than once)."""
+    return schedule(g, c.dur, c.resource, c.capacity, plan=plan)
 
 
 def stretch(events: pa.Table, s: Schedule, c: Costed, slow: float,
@@ -178,16 +179,19 @@ def stretch(events: pa.Table, s: Schedule, c: Costed, slow: float,
 
 
 def schedule_costs(events: pa.Table, g: Graph, c: Costed, slow: float,
-                   local: np.ndarray | None = None) -> tuple[Schedule, Costed]:
+                   local: np.ndarray | None = None,
+                   plan: SchedulePlan | None = None) -> tuple[Schedule, Costed]:
     """The ``schedule`` and ``overlap`` stages together: schedule, stretch compute overlapping
-    communication by ``slow``, and schedule once more when anything was stretched. Returns the
-    schedule and the costs it used."""
-    s = run_schedule(g, c)
+    communication by ``slow``, and schedule once more when anything was stretched (replaying
+    the first schedule's rounds, or those of ``plan`` when given). Returns the schedule and the
+    costs it used."""
+    plan = plan if plan is not None else SchedulePlan()
+    s = run_schedule(g, c, plan)
     stretched = stretch(events, s, c, slow, local)
     if stretched is not None:
         c = stretched
         del s  # not kept alive beside the next one (its arrays are a few per point)
-        s = run_schedule(g, c)
+        s = run_schedule(g, c, plan)
     return s, c
 
 

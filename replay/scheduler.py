@@ -129,11 +129,33 @@ class _Solver:
         self.base_pos = g.base[self.order]
 
     # -- the worklist -------------------------------------------------------------------------
-    def run(self, xb: np.ndarray, npts: int, max_passes: int = 100_000) -> tuple[np.ndarray, int]:
-        ptr = self.ptr
+    def run(self, xb: np.ndarray, npts: int, max_passes: int = 100_000,
+            plan: SchedulePlan | None = None) -> tuple[np.ndarray, int]:
+        """The least schedule with base times ``xb`` (per position). With ``plan``: its rounds
+        when it holds them for this graph, else the worklist's rounds are recorded into it."""
         self.xb = xb
         self.T = np.full(npts, -np.inf)
         self.M = np.empty(len(self.order))
+        if plan is not None and plan.steps is not None:
+            if plan.rescan:
+                return self._rescan(npts, max_passes)
+            for step in plan.steps:
+                step.apply(self)
+            return self.T, 1
+        self.steps: list[_Advance | _Settle] | None = [] if plan is not None else None
+        T, passes = self._worklist(npts, max_passes)
+        if plan is not None:
+            plan.steps, plan.rescan = self.steps, self._rescanned
+        return T, passes
+
+    def _step(self, step: _Advance | _Settle) -> None:
+        step.apply(self)
+        if self.steps is not None:
+            self.steps.append(step)
+
+    def _worklist(self, npts: int, max_passes: int) -> tuple[np.ndarray, int]:
+        ptr = self.ptr
+        self._rescanned = False
         self.f = ptr[:-1].copy()
         self.ep = self.ebounds[:-1].copy()
         # per track: the track it waits for (-1: none) and the earliest point of it needed
@@ -148,6 +170,7 @@ class _Solver:
                 return self.T, 1
             woke = self._settle_heads()
             if woke is None:
+                self._rescanned = True
                 return self._rescan(npts, max_passes)
             work = woke
 
@@ -170,7 +193,8 @@ class _Solver:
         eend = np.searchsorted(self.dpos, k)  # edges sorted by destination: those before k
         moved = k > f[ts]
         if moved.any():
-            self._finalize(ts[moved], f[ts[moved]], k[moved], ep[ts[moved]], eend[moved])
+            self._step(_Advance(self, ts[moved], f[ts[moved]], k[moved], ep[ts[moved]],
+                                eend[moved]))
         f[ts] = k
         ep[ts] = eend
         bt, be = ts[blocked], eb[blocked]
@@ -199,26 +223,6 @@ class _Solver:
             more = ~hit & (hi < e1[todo])
             todo, lo, width = todo[more], hi[more], width * 4
         return out
-
-    def _finalize(self, ts: np.ndarray, a0: np.ndarray, k: np.ndarray, e0: np.ndarray,
-                  eend: np.ndarray) -> None:
-        """``M`` and ``T`` of positions ``[a0, k)`` of tracks ``ts`` from their inputs' final
-        times (edges ``[e0, eend)``): ``M_j = max(M_{j-1}, x_j - C_j)``, ``T_j = C_j + M_j``."""
-        P, _ = _ranges(a0, k)
-        lens = k - a0
-        starts = np.cumsum(lens) - lens  # where each track's segment begins in P
-        x = self.xb[P]
-        E, eseg = _ranges(e0, eend)
-        if len(E):
-            at = starts[eseg] + self.dpos[E] - a0[eseg]
-            np.maximum.at(x, at, self.T[self.src[E]] + self.lag[E])
-        m = x
-        m -= self.C[P]
-        cont = a0 > self.ptr[ts]  # the track's earlier points carry their running maximum
-        m[starts[cont]] = np.maximum(m[starts[cont]], self.M[a0[cont] - 1])
-        _segment_cummax(m, starts, lens)
-        self.M[P] = m
-        self.T[self.order[P]] = self.C[P] + m
 
     # -- collectives: heads waiting only for each other -------------------------------------
     def _settle_heads(self) -> np.ndarray | None:
@@ -252,26 +256,7 @@ class _Solver:
         keep = in_s[U[rows]]
         r_e = row_of[U[rows[keep]]]
         e_k, fin_k = eidx[keep], final[keep]
-        own = self.xb[hs].copy()
-        np.maximum.at(own, r_e[fin_k], self.T[self.src[e_k[fin_k]]] + self.lag[e_k[fin_k]])
-        r_p = r_e[~fin_k]
-        src_row = row_of[self.strk[e_k[~fin_k]]]
-        lag_p = self.lag[e_k[~fin_k]]
-        Ch = self.C[hs]
-        Mprev = np.where(hs > ptr[Ss], self.M[np.maximum(hs - 1, 0)], -np.inf)
-        Mh = np.maximum(Mprev, own - Ch)
-        Th = Ch + Mh
-        for _ in range(10_000):
-            x = own.copy()
-            np.maximum.at(x, r_p, Th[src_row] + lag_p)
-            Mn = np.maximum(Mprev, x - Ch)
-            if np.array_equal(Mn, Mh):
-                break
-            Mh, Th = Mn, Ch + Mn
-        else:
-            raise AssertionError("schedule does not converge: the dependency graph has a cycle")
-        self.M[hs] = Mh
-        self.T[self.order[hs]] = Th
+        self._step(_Settle(self, Ss, hs, r_e, e_k, fin_k, row_of))
         f[Ss] = hs + 1
         self.ep[Ss] = e_hi[sel]
         self.wait_on[Ss] = -1  # advanced next anyway
@@ -314,9 +299,98 @@ class _Solver:
             assert passes < max_passes, "schedule does not converge: the dependency graph has a cycle"
 
 
+class _Advance:
+    """One round of the worklist: positions ``[a0, k)`` of tracks ``ts`` finalized from their
+    inputs' final times (edges ``[e0, eend)``): ``M_j = max(M_{j-1}, x_j - C_j)``,
+    ``T_j = C_j + M_j``. Holds only positions and edges, so it replays with other costs."""
+
+    def __init__(self, sv: _Solver, ts: np.ndarray, a0: np.ndarray, k: np.ndarray,
+                 e0: np.ndarray, eend: np.ndarray) -> None:
+        self.P, _ = _ranges(a0, k)
+        self.pts = sv.order[self.P]
+        self.lens = k - a0
+        self.starts = np.cumsum(self.lens) - self.lens  # where each track's segment begins
+        self.E, eseg = _ranges(e0, eend)
+        self.at = self.starts[eseg] + sv.dpos[self.E] - a0[eseg]
+        self.esrc = sv.src[self.E]
+        cont = a0 > sv.ptr[ts]  # the track's earlier points carry their running maximum
+        self.cont_at, self.cont_prev = self.starts[cont], a0[cont] - 1
+
+    def apply(self, sv: _Solver) -> None:
+        x = sv.xb[self.P]
+        if len(self.E):
+            np.maximum.at(x, self.at, sv.T[self.esrc] + sv.lag[self.E])
+        m = x
+        C = sv.C[self.P]
+        m -= C
+        m[self.cont_at] = np.maximum(m[self.cont_at], sv.M[self.cont_prev])
+        _segment_cummax(m, self.starts, self.lens)
+        sv.M[self.P] = m
+        sv.T[self.pts] = C + m
+
+
+class _Settle:
+    """Heads ``hs`` of tracks ``Ss``, collective instances waiting only for each other,
+    settled together: each head's own inputs (edges ``e_k`` whose source was final), then the
+    instances' edges among themselves iterated to their fixed point."""
+
+    def __init__(self, sv: _Solver, Ss: np.ndarray, hs: np.ndarray, r_e: np.ndarray,
+                 e_k: np.ndarray, fin_k: np.ndarray, row_of: np.ndarray) -> None:
+        self.hs, self.pts = hs, sv.order[hs]
+        self.fin_r, self.fin_e = r_e[fin_k], e_k[fin_k]
+        self.fin_src = sv.src[self.fin_e]
+        self.r_p, self.pend_e = r_e[~fin_k], e_k[~fin_k]
+        self.src_row = row_of[sv.strk[self.pend_e]]
+        self.has_prev = hs > sv.ptr[Ss]
+        self.prev = np.maximum(hs - 1, 0)
+
+    def apply(self, sv: _Solver) -> None:
+        hs = self.hs
+        own = sv.xb[hs].copy()
+        np.maximum.at(own, self.fin_r, sv.T[self.fin_src] + sv.lag[self.fin_e])
+        lag_p = sv.lag[self.pend_e]
+        Ch = sv.C[hs]
+        Mprev = np.where(self.has_prev, sv.M[self.prev], -np.inf)
+        Mh = np.maximum(Mprev, own - Ch)
+        Th = Ch + Mh
+        for _ in range(10_000):
+            x = own.copy()
+            np.maximum.at(x, self.r_p, Th[self.src_row] + lag_p)
+            Mn = np.maximum(Mprev, x - Ch)
+            if np.array_equal(Mn, Mh):
+                break
+            Mh, Th = Mn, Ch + Mn
+        else:
+            raise AssertionError("schedule does not converge: the dependency graph has a cycle")
+        sv.M[hs] = Mh
+        sv.T[self.pts] = Th
+
+
+class SchedulePlan:
+    """The worklist's rounds for one graph, recorded by its first schedule and replayed by the
+    next: which tracks advance how far, and which collective heads settle together, depend on
+    the graph's points and edges only, not on the costs. For callers that schedule one graph
+    many times (the overlap correction, what-if predictions); a graph with other points or
+    edges records its own."""
+
+    def __init__(self) -> None:
+        self.key: tuple[np.ndarray, ...] | None = None
+        self.steps: list[_Advance | _Settle] | None = None
+        self.rescan = False
+
+    def for_graph(self, g: Graph) -> SchedulePlan:
+        """This plan, emptied first when it was recorded for another graph's structure."""
+        key = (g.order, g.track_ptr, g.src_pt, g.dst_pt)
+        if self.key is None or any(a is not b for a, b in zip(self.key, key)):
+            self.key, self.steps, self.rescan = key, None, False
+        return self
+
+
 def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
-             capacity: np.ndarray | None = None, *, max_passes: int = 100_000) -> Schedule:
-    """Least schedule of ``g`` with per-event durations ``dur`` (us)."""
+             capacity: np.ndarray | None = None, *, max_passes: int = 100_000,
+             plan: SchedulePlan | None = None) -> Schedule:
+    """Least schedule of ``g`` with per-event durations ``dur`` (us); ``plan``: the rounds of an
+    earlier schedule of ``g`` to replay, or to record into (`SchedulePlan`)."""
     npts = 2 * g.n
     order = g.order
     w = chain_lags(g, dur)
@@ -324,7 +398,8 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pos[order] = np.arange(len(order))
     solver = _Solver(g, w, pos)
     use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
-    T, passes = solver.run(solver.base_pos, npts, max_passes)
+    plan = plan.for_graph(g) if plan is not None else None
+    T, passes = solver.run(solver.base_pos, npts, max_passes, plan)
     sched = _bindings(g, solver, T, w, pos, None)
     if not use_res:
         sched.passes = passes
@@ -336,7 +411,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
         delayed = pools.commit(sched, res_x)
         current = False
         if delayed:  # constraints that move something: schedule again with them
-            T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts, max_passes)
+            T, p = solver.run(np.maximum(solver.base_pos, res_x[order]), npts, max_passes, plan)
             passes += p
             # times moved, so ready times did; otherwise commit's inputs (T and the ready
             # times, which do not depend on res_x) are unchanged and the pass is not redone
