@@ -28,7 +28,7 @@ from mtia_trace.schema import COMM_KINDS
 _SPLIT_OPS = ("all_to_all", "all_gather", "reduce_scatter")
 
 
-def _dims_bytes(op: str | None, raw_dims: bytes, raw_types: bytes | None, group: int,
+def _dims_bytes(op: str | None, raw_dims: bytes | None, raw_types: bytes | None, group: int,
                 lists: RawLists) -> tuple[float, float, str | None]:
     """(bytes in, bytes out, dtype) from Input Dims / Input type (raw JSON)."""
     dims = lists(raw_dims)
@@ -121,9 +121,9 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
         d_pg, d_size, d_ranks = defaults.get(int(rank[i]), (None, 0, None))
         if a is not None and a.pg_name is not None:
             pg[i] = a.pg_name
-            v = a.pg_ranks if isinstance(a.pg_ranks, str) else (
+            text = a.pg_ranks if isinstance(a.pg_ranks, str) else (
                 str(a.pg_ranks) if a.pg_ranks is not None else None)
-            pg_ranks[i] = shared.setdefault(v, v) if v is not None else None
+            pg_ranks[i] = shared.setdefault(text, text) if text is not None else None
         else:
             pg[i], pg_ranks[i] = d_pg, d_ranks
         gsize[i] = a.group_size if a is not None and a.group_size else d_size

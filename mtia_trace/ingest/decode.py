@@ -87,7 +87,7 @@ class RawLists:
     def __init__(self) -> None:
         self._memo: dict[bytes, list[Any] | None] = {}
 
-    def __call__(self, raw: msgspec.Raw | None) -> list[Any] | None:
+    def __call__(self, raw: msgspec.Raw | bytes | None) -> list[Any] | None:
         if raw is None:
             return None
         key = bytes(raw)
