@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
@@ -211,9 +210,9 @@ def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.nd
     n = len(pids)
     p_code, p_uniq = codes(pids)
     t_code, t_uniq = codes(tids)
-    pt_code, pt_uniq = pd.factorize(p_code * len(t_uniq) + t_code)
-    labels = [f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}"
-              for k in pt_uniq.tolist()]
+    # (dict-based codes: no per-call pandas overhead on the small files of many-rank traces)
+    pt_code, pt_uniq = codes((p_code * len(t_uniq) + t_code).tolist())
+    labels = [f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}" for k in pt_uniq]
     track = pt_code.astype(np.int32)
     device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
@@ -224,9 +223,9 @@ def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.nd
         s_code, s_uniq = codes([a.stream if a is not None else None for a in dargs])
         del dargs
         combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
-        k_code, k_uniq = pd.factorize(combo)
+        k_code, k_uniq = codes(combo.tolist())
         placed = []
-        for k in k_uniq.tolist():
+        for k in k_uniq:
             k, s = divmod(k, len(s_uniq))
             k, d = divmod(k, len(d_uniq))
             p, t = divmod(int(pt_uniq[k]), len(t_uniq))
