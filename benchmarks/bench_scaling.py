@@ -5,7 +5,8 @@
 Generates DLRM-DCNv2 traces (row-wise sharded, so every rank is in every all-to-all) on a grid of
 rank counts R and step counts S, and runs `mtia-trace replay` (`replay_trace`: ingest, replay on
 ``--hw``, write the run) on each in a fresh subprocess. Per run: N (rows of the events table), wall
-and CPU seconds of each phase, peak RSS (VmHWM) and the events table's size. Then fits CPU time and
+and CPU seconds of each phase, peak RSS (VmHWM; per phase for the large run) and the events table's
+size. Then fits CPU time and
 peak RSS to ``a·N + b·N·R + c·N·S`` (least squares over the grid) and prints the coefficients and
 the share of the largest run's time that the N·R and N·S terms make: for a pipeline linear in N
 both are ~0. CPU time is what is fitted (also per phase, and for the phases after ingest
@@ -28,8 +29,19 @@ import json, sys, time
 from pathlib import Path
 from mtia_trace.replay_job import ReplayOptions, replay_trace
 trace, dest, hw = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def hwm():
+    # peak RSS (MB) since the last call, which resets it (Linux clear_refs 5)
+    mb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return mb
 marks = [("start", time.perf_counter(), time.process_time())]
+peaks = []
 def say(msg):
+    peaks.append(hwm())  # the peak of the phase that ends here
     marks.append((msg.split(" ")[0], time.perf_counter(), time.process_time()))
 rows = {}
 import mtia_trace.ingest as ing
@@ -43,13 +55,13 @@ ing.load = load
 replay_trace(trace, {hw: dest}, ReplayOptions(hws=[hw], force=True), progress=say)
 say("done")
 phases = {}
-for (name, w0, c0), (_, w1, c1) in zip(marks, marks[1:]):
-    p = phases.setdefault(name, [0.0, 0.0])
+for (name, w0, c0), (_, w1, c1), pk in zip(marks, marks[1:], peaks):
+    p = phases.setdefault(name, [0.0, 0.0, 0.0])
     p[0] += w1 - w0
     p[1] += c1 - c0
-hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+    p[2] = max(p[2], pk)
 print(json.dumps({"phases": phases, "wall": marks[-1][1] - marks[0][1],
-                  "cpu": marks[-1][2] - marks[0][2], "peak_mb": hwm, **rows}))
+                  "cpu": marks[-1][2] - marks[0][2], "peak_mb": max(peaks), **rows}))
 """
 
 #: progress messages of replay_trace / replay_events -> phase shown
@@ -77,11 +89,12 @@ def run(trace: Path, dest: Path, hw: str) -> dict:
     out = json.loads(p.stdout.strip().splitlines()[-1])
     grouped: dict[str, list[float]] = {}
     phase = "ingest"
-    for name, (w, c) in out["phases"].items():
+    for name, (w, c, pk) in out["phases"].items():
         phase = PHASES.get(name, phase)  # other messages belong to the phase before them
-        g = grouped.setdefault(phase, [0.0, 0.0])
+        g = grouped.setdefault(phase, [0.0, 0.0, 0.0])
         g[0] += w
         g[1] += c
+        g[2] = max(g[2], pk)
     out["phases"] = grouped
     return out
 
@@ -156,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"({out['cpu']:.1f} s CPU; target < 60 s), peak RSS {out['peak_mb'] / 1024:.2f} GB"
                   f" (target < 4 GB), table {out['table_mb']:.0f} MB")
             print(f"  wall/CPU s per phase: {ph}")
+            print("  peak RSS per phase (GB): " + ", ".join(
+                f"{k} {v[2] / 1024:.2f}" for k, v in out["phases"].items()))
 
 
 if __name__ == "__main__":

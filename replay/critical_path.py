@@ -79,7 +79,7 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
         total += comps[c]
     nz = total > 0
     if len(cats) > 1:
-        frac[:, nz] /= total[nz]
+        np.divide(frac, total, out=frac, where=nz)
     else:
         frac[row[CAT["host"]], nz] = 1.0
     frac[row[CAT["host"]], ~nz] = 1.0  # zero-length: any category, the segment is empty

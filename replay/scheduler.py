@@ -307,7 +307,6 @@ class _Advance:
     def __init__(self, sv: _Solver, ts: np.ndarray, a0: np.ndarray, k: np.ndarray,
                  e0: np.ndarray, eend: np.ndarray) -> None:
         self.P, _ = _ranges(a0, k)
-        self.pts = sv.order[self.P]
         self.lens = k - a0
         self.starts = np.cumsum(self.lens) - self.lens  # where each track's segment begins
         self.E, eseg = _ranges(e0, eend)
@@ -326,7 +325,7 @@ class _Advance:
         m[self.cont_at] = np.maximum(m[self.cont_at], sv.M[self.cont_prev])
         _segment_cummax(m, self.starts, self.lens)
         sv.M[self.P] = m
-        sv.T[self.pts] = C + m
+        sv.T[sv.order[self.P]] = C + m
 
 
 class _Settle:
