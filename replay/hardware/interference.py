@@ -135,12 +135,14 @@ class Interference:
         a, s, e = ready[cj], np.maximum(start[cj], ready[cj]), end[cj]
         pr, pts = _unique_pairs(np.concatenate([cr, cr, cr]), np.concatenate([a, s, e]))
         held, hbm, xfer = (np.zeros(len(pts)) for _ in range(3))
-        np.add.at(held, _search(pr, pts, cr, a), self.held[cj])
-        np.add.at(held, _search(pr, pts, cr, e), -self.held[cj])
-        np.add.at(hbm, _search(pr, pts, cr, s), self.hbm[cj])
-        np.add.at(hbm, _search(pr, pts, cr, e), -self.hbm[cj])
-        np.add.at(xfer, _search(pr, pts, cr, s), 1.0)
-        np.add.at(xfer, _search(pr, pts, cr, e), -1.0)
+        ia, is_, ie = np.split(_search(pr, pts, np.concatenate([cr, cr, cr]),
+                                       np.concatenate([a, s, e])), 3)
+        np.add.at(held, ia, self.held[cj])
+        np.add.at(held, ie, -self.held[cj])
+        np.add.at(hbm, is_, self.hbm[cj])
+        np.add.at(hbm, ie, -self.hbm[cj])
+        np.add.at(xfer, is_, 1.0)
+        np.add.at(xfer, ie, -1.0)
         held, hbm, xfer = (_cumsum_by_group(x, pr) for x in (held, hbm, xfer))
         # a segment runs from a point to the next point of the same rank
         inner = np.flatnonzero(pr[:-1] == pr[1:])
