@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from mtia_trace.ingest.classify import coll_op_of
-from mtia_trace.ingest.decode import Args, RawLists
+from mtia_trace.ingest.decode import RawLists
 from mtia_trace.ingest.rows import Rows
 from mtia_trace.ingest.shapes import _numel, dtype_size
 from mtia_trace.schema import COMM_KINDS
@@ -111,14 +111,15 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
     shared: dict[str, str] = {}  # one object per distinct rank list over all files
     lists = RawLists()
     sizes: dict[tuple[Any, ...], tuple[float, float, str | None]] = {}
-    for i in idx.tolist():
-        a: Args | None = args[i]
-        nm = name[i]
+    # the loop reads Python lists: a numpy scalar per read would cost more than the work
+    for i, a, nm, rk, dims, types in zip(idx.tolist(), args[idx].tolist(), name[idx].tolist(),
+                                         rank[idx].tolist(), rows.input_dims[idx].tolist(),
+                                         rows.input_type[idx].tolist()):
         op = coll_op_of(nm)
         if a is not None and a.coll_name:
             op = coll_op_of("c10d::" + a.coll_name) or a.coll_name
         coll_op[i] = op
-        d_pg, d_size, d_ranks = defaults.get(int(rank[i]), (None, 0, None))
+        d_pg, d_size, d_ranks = defaults.get(rk, (None, 0, None))
         if a is not None and a.pg_name is not None:
             pg[i] = a.pg_name
             text = a.pg_ranks if isinstance(a.pg_ranks, str) else (
@@ -131,15 +132,15 @@ def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, lau
             size = dtype_size(a.dtype)
             b_in[i] = a.in_nelems * size
             b_out[i] = (a.out_nelems if a.out_nelems is not None else a.in_nelems) * size
-        elif rows.input_dims[i] < 0:
+        elif dims < 0:
             b_in[i] = b_out[i] = 0.0
         else:  # shapes repeat across steps and ranks: computed once per distinct value
-            key = (op, int(rows.input_dims[i]), int(rows.input_type[i]), int(gsize[i]))
+            g = int(gsize[i])
+            key = (op, dims, types, g)
             got = sizes.get(key)
             if got is None:
-                got = sizes[key] = _dims_bytes(op, rows.raw_arg(rows.input_dims, i),
-                                               rows.raw_arg(rows.input_type, i), int(gsize[i]),
-                                               lists)
+                got = sizes[key] = _dims_bytes(op, rows.raw[dims],
+                                               rows.raw[types] if types >= 0 else None, g, lists)
             b_in[i], b_out[i], _ = got
 
     # 2. the enclosing collective root of each host collective row
