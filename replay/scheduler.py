@@ -34,7 +34,7 @@ class Schedule:
     w: np.ndarray          # per position: chain lag used
     pos: np.ndarray        # per point id: position in Graph.order
     ready: np.ndarray      # per point id: time its own inputs were done (without peers/resources)
-    bound: np.ndarray      # per point id: BOUND_* or an edge type code (schema.EDGE_TYPES)
+    bound: np.ndarray      # per point id (int8): BOUND_* or an edge type code (schema.EDGE_TYPES)
     bound_src: np.ndarray  # per point id: point id that bound it, -1 for none
     coll_wait: np.ndarray  # per event: start - ready for collective instances
     queue: np.ndarray      # per event: start - ready spent waiting for a resource
@@ -585,7 +585,7 @@ def _bindings(g: Graph, solver: _Solver, T: np.ndarray, w: np.ndarray, pos: np.n
 
     ready_p = np.maximum(chain, best)
     np.maximum(ready_p, g.base[order], out=ready_p)
-    bound_p = np.full(L, BOUND_NONE, dtype=np.int64)
+    bound_p = np.full(L, BOUND_NONE, dtype=np.int8)  # BOUND_* or an edge type code
     bsrc_p = np.full(L, -1, dtype=np.int64)
     thr = ready_p - _TOL
     hit = own_e & (val >= best[e_dpos])
