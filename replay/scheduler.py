@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.graph import EDGE_CODE, Graph
+from replay.groups import segment_cumsum
 
 BOUND_NONE, BOUND_CHAIN, BOUND_RESOURCE = -1, -2, -3
 _COLL = EDGE_CODE["collective"]
@@ -56,16 +57,6 @@ def chain_lags(g: Graph, dur: np.ndarray) -> np.ndarray:
     w[dev_pos & ~is_end] = g.ready_lag[ev[dev_pos & ~is_end]]
     w[g.track_ptr[:-1][g.track_ptr[:-1] < len(w)]] = 0.0
     return w
-
-
-def _track_sums(w: np.ndarray, ptr: np.ndarray) -> np.ndarray:
-    """``C``: the running sum of the chain lags of each track, from the track's first point."""
-    C = w.copy()  # w is 0 at every track start, so tracks of one or two points are done
-    long_ = np.flatnonzero(np.diff(ptr) > 2)
-    for t in long_.tolist():  # loop over tracks (few)
-        a, b = ptr[t], ptr[t + 1]
-        np.cumsum(w[a:b], out=C[a:b])
-    return C
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +105,7 @@ class _Solver:
     def __init__(self, g: Graph, w: np.ndarray, pos: np.ndarray) -> None:
         self.order, self.ptr = g.order, g.track_ptr
         self.ntr = len(self.ptr) - 1
-        self.C = _track_sums(w, self.ptr)
+        self.C = segment_cumsum(w, self.ptr)  # each track's running sum from its first point
         ne = len(g.dst_pt)
         dpos = pos[g.dst_pt] if ne else np.zeros(0, dtype=np.int64)
         eo = np.argsort(dpos, kind="stable")

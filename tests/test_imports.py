@@ -23,7 +23,7 @@ PACKAGES = ("mtia_trace", "replay", "analyzers")
 KNOWN_CYCLES: set[frozenset[str]] = set()
 
 #: The cost model's layer: the hardware package may import only these from the project.
-HARDWARE_MAY_IMPORT = ("replay.hardware", "replay.costs", "replay.intervals",
+HARDWARE_MAY_IMPORT = ("replay.hardware", "replay.costs", "replay.intervals", "replay.groups",
                        "mtia_trace.schema", "mtia_trace.errors")
 #: Known breaks of the hardware layer rule, being removed: (importing, imported).
 KNOWN_HARDWARE_BREAKS: set[tuple[str, str]] = set()

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replay.groups import segment_cumsum
 from replay.hardware.collectives import OPS
 from replay.hardware.spec import HardwareSpec
 
@@ -143,7 +144,8 @@ class Interference:
         np.add.at(hbm, ie, -self.hbm[cj])
         np.add.at(xfer, is_, 1.0)
         np.add.at(xfer, ie, -1.0)
-        held, hbm, xfer = (_cumsum_by_group(x, pr) for x in (held, hbm, xfer))
+        bounds = np.flatnonzero(np.r_[True, pr[1:] != pr[:-1], True])  # pr: sorted ranks
+        held, hbm, xfer = (segment_cumsum(x, bounds) for x in (held, hbm, xfer))
         # a segment runs from a point to the next point of the same rank
         inner = np.flatnonzero(pr[:-1] == pr[1:])
         live = inner[(held[inner] > 1e-9) | (xfer[inner] > 0.5)]
@@ -200,27 +202,6 @@ def _search(kg: np.ndarray, kv: np.ndarray, qg: np.ndarray, qv: np.ndarray,
     before: np.ndarray = np.cumsum(is_key) - is_key
     out = np.empty(len(qv), dtype=np.int64)
     out[o[~is_key] - n] = before[~is_key]
-    return out
-
-
-def _cumsum_by_group(x: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Running sum of ``x`` restarting at each group (``group`` sorted): each group's sums in
-    the order, and so with the rounding, of `np.cumsum` over that group alone. Groups of like
-    length share one 2-D cumsum (lengths within 2x, so padding at most doubles the work)."""
-    out = np.empty(len(x))
-    if not len(x):
-        return out
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    lengths = np.diff(np.r_[starts, len(x)])
-    size_class = np.ceil(np.log2(lengths)).astype(np.int64)
-    for c in np.unique(size_class):
-        rows = np.flatnonzero(size_class == c)
-        width = int(lengths[rows].max())
-        col = np.arange(width)
-        valid = col[None, :] < lengths[rows][:, None]
-        idx = starts[rows][:, None] + col[None, :]
-        m = np.where(valid, x[np.minimum(idx, len(x) - 1)], 0.0)
-        out[idx[valid]] = np.cumsum(m, axis=1)[valid]
     return out
 
 
