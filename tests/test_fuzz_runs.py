@@ -62,14 +62,20 @@ def test_a_flipped_page_bit_is_one_line_for_every_reader(base: Path, tmp_path: P
     assert not (tmp_path / "p.json").exists()
 
 
-@pytest.mark.parametrize("version", ["1.0", "0", "0.9"])
-def test_an_older_schema_is_refused_by_every_reader(base: Path, tmp_path: Path, cli,
-                                                    version: str) -> None:
+def _with_schema_version(base: Path, tmp_path: Path, version: str) -> Path:
+    """A copy of the base run whose run.json claims ``version``."""
     run = tmp_path / "run"
     shutil.copytree(base, run)
     meta = json.loads((run / "run.json").read_text())
     meta["schema_version"] = version
     (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+@pytest.mark.parametrize("version", ["1.0", "0", "0.9"])
+def test_an_older_schema_is_refused_by_every_reader(base: Path, tmp_path: Path, cli,
+                                                    version: str) -> None:
+    run = _with_schema_version(base, tmp_path, version)
     for argv in readers(run, base, "steps", tmp_path):
         code, _, err = cli(*argv)
         assert one_error(code, err), (argv[0], err)
@@ -94,11 +100,7 @@ def test_an_older_parquet_file_in_a_current_run_is_refused(base: Path, tmp_path:
 @pytest.mark.parametrize("version", ["abc", "1.x", "", "9" * 30])
 def test_a_version_that_is_not_one_is_unreadable(base: Path, tmp_path: Path, cli,
                                                  version: str) -> None:
-    run = tmp_path / "run"
-    shutil.copytree(base, run)
-    meta = json.loads((run / "run.json").read_text())
-    meta["schema_version"] = version
-    (run / "run.json").write_text(json.dumps(meta))
+    run = _with_schema_version(base, tmp_path, version)
     code, _, err = cli("report", run)
     assert one_error(code, err) and "is not a MAJOR.MINOR version" in err, err
 
