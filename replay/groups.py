@@ -24,6 +24,14 @@ def runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, np.r_[starts, n], k[starts]
 
 
+def ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The integers of every range ``[lo_i, hi_i)`` one after another, and the range each
+    belongs to (``i``)."""
+    cnt = hi - lo
+    seg = np.repeat(np.arange(len(lo)), cnt)
+    return np.arange(len(seg)) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt), seg
+
+
 def segment_cumsum(x: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Running sum of each segment ``x[bounds[i]:bounds[i + 1]]`` (segments back to back), with
     the rounding of `np.cumsum` over that segment alone. Segments of like length share one

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from replay.graph import EDGE_CODE, Graph
-from replay.groups import segment_cumsum
+from replay.groups import ranges, segment_cumsum
 
 BOUND_NONE, BOUND_CHAIN, BOUND_RESOURCE = -1, -2, -3
 _COLL = EDGE_CODE["collective"]
@@ -57,13 +57,6 @@ def chain_lags(g: Graph, dur: np.ndarray) -> np.ndarray:
     w[dev_pos & ~is_end] = g.ready_lag[ev[dev_pos & ~is_end]]
     w[g.track_ptr[:-1][g.track_ptr[:-1] < len(w)]] = 0.0
     return w
-
-
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The integers of every range ``[lo_i, hi_i)`` one after another, and the range of each."""
-    cnt = hi - lo
-    seg = np.repeat(np.arange(len(lo)), cnt)
-    return np.arange(len(seg)) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt), seg
 
 
 #: segments longer than this take one running-maximum call each, the rest are scanned together
@@ -203,7 +196,7 @@ class _Solver:
         lo, width = e0[todo], 8
         while len(todo):
             hi = np.minimum(e1[todo], lo + width)
-            idx, seg = _ranges(lo, hi)
+            idx, seg = ranges(lo, hi)
             bad = np.flatnonzero(self.spos[idx] >= self.f[self.strk[idx]])
             sb = seg[bad]
             lead = np.ones(len(sb), dtype=bool)  # the first blocked edge of each track
@@ -222,9 +215,7 @@ class _Solver:
         h = f[U]
         e_lo = self.ep[U]
         e_hi = np.searchsorted(self.dpos, h, side="right")
-        cnt = e_hi - e_lo
-        rows = np.repeat(np.arange(len(U)), cnt)
-        eidx = (np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)) + np.repeat(e_lo, cnt)
+        eidx, rows = ranges(e_lo, e_hi)
         sp, st = self.spos[eidx], self.strk[eidx]
         final = sp < f[st]
         at_head = sp == f[st]
@@ -297,10 +288,10 @@ class _Advance:
 
     def __init__(self, sv: _Solver, ts: np.ndarray, a0: np.ndarray, k: np.ndarray,
                  e0: np.ndarray, eend: np.ndarray) -> None:
-        self.P, _ = _ranges(a0, k)
+        self.P, _ = ranges(a0, k)
         self.lens = k - a0
         self.starts = np.cumsum(self.lens) - self.lens  # where each track's segment begins
-        self.E, eseg = _ranges(e0, eend)
+        self.E, eseg = ranges(e0, eend)
         self.at = self.starts[eseg] + sv.dpos[self.E] - a0[eseg]
         self.esrc = sv.src[self.E]
         cont = a0 > sv.ptr[ts]  # the track's earlier points carry their running maximum

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.groups import runs, segment_cumsum
+from replay.groups import ranges, runs, segment_cumsum
 
 
 def test_runs_slices_each_key_in_row_order() -> None:
@@ -22,3 +22,8 @@ def test_segment_cumsum_is_each_segments_own_cumsum_bit_for_bit() -> None:
     for a, b in zip(bounds[:-1], bounds[1:]):
         assert np.array_equal(out[a:b], np.cumsum(x[a:b]))
     assert np.array_equal(out[bounds[-1]:], x[bounds[-1]:])  # outside every segment: kept
+
+
+def test_ranges_concatenates_each_range_with_its_index() -> None:
+    vals, seg = ranges(np.array([5, 2, 7]), np.array([8, 2, 9]))
+    assert vals.tolist() == [5, 6, 7, 7, 8] and seg.tolist() == [0, 0, 0, 2, 2]

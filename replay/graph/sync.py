@@ -10,6 +10,7 @@ import numpy as np
 
 from mtia_trace import keys
 from replay.graph.events import EventArrays
+from replay.groups import ranges
 
 #: members a query walks back over, at most, past those that had not ended by its end key
 _WALK_BACK = 64
@@ -237,10 +238,8 @@ def _sync_scopes(ev: EventArrays, st: Streams, hs_ids: np.ndarray) -> tuple[np.n
     s_rank = ev.rank[st.ids[st.starts]]
     s_str = ev.stream[st.ids[st.starts]]
     lo = np.searchsorted(hs_rank, s_rank)
-    cnt = np.searchsorted(hs_rank, s_rank, side="right") - lo
-    j = np.repeat(np.arange(len(st.keys)), cnt)
-    first = np.repeat(np.cumsum(cnt) - cnt, cnt)
-    scope = hs[np.arange(len(j)) - first + np.repeat(lo, cnt)]
+    idx, j = ranges(lo, np.searchsorted(hs_rank, s_rank, side="right"))
+    scope = hs[idx]
     ss = ev.sync_stream[scope]
     keep = (ss < 0) | (ss == s_str[j])
     return j[keep], scope[keep]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replay.groups import segment_cumsum
+from replay.groups import ranges, segment_cumsum
 from replay.hardware.collectives import OPS
 from replay.hardware.spec import HardwareSpec
 
@@ -158,9 +158,7 @@ class Interference:
         last = _search(sr, seg_s, vr, hi, side="left") - 1
         count = np.maximum(last - first + 1, 0)
         if count.sum():
-            ev = np.repeat(np.arange(len(vi)), count)
-            offs = np.repeat(np.cumsum(count) - count, count)
-            seg = np.repeat(first, count) + (np.arange(int(count.sum())) - offs)
+            seg, ev = ranges(first, first + count)
             frac = ((np.minimum(hi[ev], seg_e[seg]) - np.maximum(lo[ev], seg_s[seg])).clip(0)
                     / (hi - lo)[ev])
             k = np.minimum(held[seg], self.sm_count - 1) if self.sm_count else np.zeros(len(seg))
