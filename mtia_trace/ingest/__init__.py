@@ -20,7 +20,8 @@ from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest import anomalies
 from mtia_trace.ingest.assemble import build
 from mtia_trace.ingest.decode import MAX_STEP, not_regular
-from mtia_trace.ingest.kineto import FileInfo, RawFile, read_file
+from mtia_trace.ingest.kineto import FileInfo, RawFile
+from mtia_trace.ingest.readers import read_all
 
 __all__ = ["FILE_FIELDS", "FileInfo", "Trace", "file_facts", "load", "trace_files"]
 
@@ -37,6 +38,7 @@ class Trace:
     files: list[FileInfo]
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    readers: int = 1                   # processes that read the files (`readers.read_all`)
 
     @property
     def ranks(self) -> list[int]:
@@ -91,16 +93,12 @@ def load(paths: str | Path | Iterable[str | Path],
     if not items:
         raise TraceFormatError("no trace given; pass a Kineto .json/.json.gz file or a directory")
     files = [f for p in items for f in trace_files(p)]
-    raws: list[RawFile] = []
     # the cyclic GC would rescan the millions of decoded objects on every collection; the
     # ingest creates no reference cycles, so it runs with collection paused
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        for i, f in enumerate(files):
-            if progress is not None:
-                progress(str(f), i, len(files))
-            raws.append(read_file(f))
+        raws, readers = read_all(files, progress)
         warnings = _assign_ranks(raws)
         events, more = build(raws)
     finally:
@@ -112,7 +110,7 @@ def load(paths: str | Path | Iterable[str | Path],
     kinds = events.column("kind").value_counts()
     counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}
     return Trace(events=events, files=[r.info for r in raws], warnings=warnings,
-                 counts=dict(sorted(counts.items(), key=lambda kv: -kv[1])))
+                 counts=dict(sorted(counts.items(), key=lambda kv: -kv[1])), readers=readers)
 
 
 def _assign_ranks(raws: list[RawFile]) -> list[str]:
