@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"{out['reader_peak_mb'] / 1024:.2f} GB (pages shared with this process count)")
             print("  peak RSS per phase (GB): " + ", ".join(
                 f"{k} {v[2] / 1024:.2f}" for k, v in out["phases"].items()))
+            ing = out["phases"]["ingest"][2]
+            print(f"  ingest peak RSS {ing / 1024:.2f} GB = {ing / out['table_mb']:.2f}x the events "
+                  "table (target <= 2x)")
 
 
 if __name__ == "__main__":

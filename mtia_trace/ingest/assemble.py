@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from mtia_trace import keys, schema
-from mtia_trace.ingest import collectives
+from mtia_trace.ingest import collectives, heap
 from mtia_trace.ingest.classify import classify
 from mtia_trace.ingest.decode import RawLists
 from mtia_trace.ingest.kineto import CODED, RawFile
@@ -479,7 +479,11 @@ def _thread_tracks(raws: list[RawFile], word: str) -> set[str]:
 def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     """The events table and the warnings found while building it."""
     warnings: list[str] = [w for r in raws for w in r.warnings]
-    rows, args = _sort(*_concat(raws))
+    joined = _concat(raws)
+    heap.release()  # every file's own columns, freed as joined
+    rows, args = _sort(*joined)
+    del joined
+    heap.release()  # the unsorted copies
     kind = _kinds(rows)
     parent, depth = _nesting(rows)
     # device rows get steps from time first, then from their launch
@@ -489,6 +493,7 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     sync_stream, sync_corr = _syncs(rows, args, kind, launch, corr)
     costs = _count_once(_costs(rows, args, kind), parent, rows.is_device)
     costs = _inherit(rows, costs, kind, launch, parent)
+    heap.release()  # the cost steps' intermediates
     dist = {r.info.rank: r.info.distributed_info for r in raws}
     coll, more = collectives.fill(rows, args, kind, parent, launch, dist,
                                   _thread_tracks(raws, "pt_gloo_runloop"))
@@ -512,6 +517,7 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     shard = costs.table_bytes
     # the table takes each column as it converts it: only it holds the arrays from here on
     del rows, kind, parent, depth, step, launch, corr, sync_stream, sync_corr, costs, coll
+    heap.release()  # the args and the sorted rows' own columns
     table = schema.from_columns(cols, consume=True)
     if shard:
         meta = dict(table.schema.metadata or {})
