@@ -102,14 +102,12 @@ def _codes_of(column: pa.ChunkedArray) -> np.ndarray:
     return column.to_numpy()
 
 
-def _row_hash(cols: list[np.ndarray]) -> np.ndarray:
-    """A 64-bit hash per row of numeric columns: equal rows get equal hashes (floats compare by
-    value: -0.0 hashes as 0.0)."""
-    h = np.zeros(len(cols[0]), dtype=np.uint64)
-    for c in cols:
-        bits = (c + 0.0).view(np.uint64) if c.dtype.kind == "f" else c.astype(np.uint64)
-        h = (h ^ bits) * np.uint64(0x9E3779B97F4A7C15)
-        h ^= h >> np.uint64(31)
+def _fold_hash(h: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``h`` (a 64-bit hash per row) with one more numeric column folded in: rows equal in every
+    column folded get equal hashes (floats compare by value: -0.0 hashes as 0.0)."""
+    bits = (c + 0.0).view(np.uint64) if c.dtype.kind == "f" else c.astype(np.uint64)
+    h = (h ^ bits) * np.uint64(0x9E3779B97F4A7C15)
+    h ^= h >> np.uint64(31)
     return h
 
 
@@ -117,12 +115,17 @@ def _duplicates(events: pa.Table) -> list[str]:
     complete = np.flatnonzero(pc.equal(events.column("ph"), "X").to_numpy(zero_copy_only=False))
     if not len(complete):  # instants repeat legitimately
         return []
-    cols = [_codes_of(events.column(c))[complete] for c in _DUPLICATE_KEYS]
-    # only rows sharing a hash can be duplicates: the exact grouping runs on those few
-    h = keys.codes(_row_hash(cols))
-    maybe = np.bincount(h)[h] > 1
-    complete = complete[maybe]
-    group = keys.codes(*(c[maybe] for c in cols)) if len(complete) else complete
+    # only rows sharing a hash can be duplicates: the exact grouping runs on those few. The hash
+    # takes one column at a time, so no copy of all the key columns is ever held
+    h = np.zeros(len(complete), dtype=np.uint64)
+    for c in _DUPLICATE_KEYS:
+        h = _fold_hash(h, _codes_of(events.column(c))[complete])
+    h = keys.codes(h)
+    complete = complete[np.bincount(h)[h] > 1]
+    del h
+    if not len(complete):
+        return []
+    group = keys.codes(*(_codes_of(events.column(c))[complete] for c in _DUPLICATE_KEYS))
     counts = np.bincount(group)
     dup = np.flatnonzero(counts > 1)
     if not len(dup):
