@@ -127,7 +127,8 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
     for w in warnings:
         if warn is not None:
             warn(w)
-    say(f"{tr.events.num_rows:,} events from {len(tr.files) or 1} file(s)")
+    on = f", read on {tr.readers} processes" if getattr(tr, "readers", 1) > 1 else ""
+    say(f"{tr.events.num_rows:,} events from {len(tr.files) or 1} file(s){on}")
     events, _, _ = with_source(tr, opts.source_hw)
 
     steps: dict[str, pa.Table] = {}

@@ -105,10 +105,9 @@ def load(paths: str | Path | Iterable[str | Path],
         if gc_was_on:
             gc.enable()
     warnings += more
-    heap.release()  # the columns the table consumed
     warnings += _clock_skew(events)
     warnings += anomalies.check(events)
-    heap.release()  # the checks' intermediates
+    heap.release()  # the columns the table consumed, the checks' intermediates
     kinds = events.column("kind").value_counts()
     counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}
     return Trace(events=events, files=[r.info for r in raws], warnings=warnings,

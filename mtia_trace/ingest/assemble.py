@@ -483,7 +483,6 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     heap.release()  # every file's own columns, freed as joined
     rows, args = _sort(*joined)
     del joined
-    heap.release()  # the unsorted copies
     kind = _kinds(rows)
     parent, depth = _nesting(rows)
     # device rows get steps from time first, then from their launch
@@ -493,7 +492,6 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     sync_stream, sync_corr = _syncs(rows, args, kind, launch, corr)
     costs = _count_once(_costs(rows, args, kind), parent, rows.is_device)
     costs = _inherit(rows, costs, kind, launch, parent)
-    heap.release()  # the cost steps' intermediates
     dist = {r.info.rank: r.info.distributed_info for r in raws}
     coll, more = collectives.fill(rows, args, kind, parent, launch, dist,
                                   _thread_tracks(raws, "pt_gloo_runloop"))
