@@ -120,11 +120,15 @@ def _duplicates(events: pa.Table) -> list[str]:
     h = np.zeros(len(complete), dtype=np.uint64)
     for c in _DUPLICATE_KEYS:
         h = _fold_hash(h, _codes_of(events.column(c))[complete])
-    h = keys.codes(h)
-    complete = complete[np.bincount(h)[h] > 1]
-    del h
-    if not len(complete):
+    # hashes that occur twice or more, from the sorted hashes (a sort of random 64-bit values
+    # is ~3x faster than a hash table of them)
+    s = np.sort(h)
+    shared = s[1:][s[1:] == s[:-1]]
+    del s
+    if not len(shared):
         return []
+    complete = complete[np.isin(h, shared)]
+    del h
     group = keys.codes(*(_codes_of(events.column(c))[complete] for c in _DUPLICATE_KEYS))
     counts = np.bincount(group)
     dup = np.flatnonzero(counts > 1)
