@@ -94,6 +94,9 @@ def replay(
     Prints the attribution per step (mean over ranks, us) and the run directory; query it with
     `mtia-trace query`, `analyze` or `report`.
 
+    A multi-rank trace of 64 MB of JSON or more is read on one process per CPU (Linux);
+    MTIA_TRACE_INGEST_WORKERS=<n> sets how many (1: one file at a time, the least memory).
+
     Example: mtia-trace replay sample_traces/synth/dcnv2_train_2rank --hw mtia300,h100
     """
     hws = split_hw(hw)
