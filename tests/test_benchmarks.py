@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = sorted((ROOT / "benchmarks").glob("bench_*.py"))
-QUICK = ("bench_costs.py", "bench_ingest.py", "bench_replay.py", "bench_scaling.py")
+QUICK = ("bench_costs.py", "bench_ingest.py", "bench_performance.py", "bench_replay.py",
+         "bench_scaling.py")
 
 
 def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
