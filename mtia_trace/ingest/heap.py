@@ -21,11 +21,12 @@ def _libc() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        # by its soname: ctypes.util.find_library would fork ldconfig from a process this large
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (e.g. musl)
+        # the process's own symbols, as storage's rename does (ctypes.util.find_library would
+        # fork ldconfig from a process this large)
+        libc = ctypes.CDLL(None)
+    except OSError:
         return None
-    return libc if hasattr(libc, "malloc_trim") else None
+    return libc if hasattr(libc, "malloc_trim") else None  # glibc only (not musl)
 
 
 def release() -> None:

@@ -18,7 +18,7 @@ import stat
 import struct
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -96,20 +96,17 @@ def read_all(files: list[Path], progress: Callable[[str, int, int], None] | None
         before its result is waited for).
     """
     n = workers_for(files)
-    if n == 1:
-        raws = []
-        for i, f in enumerate(files):
-            if progress is not None:
-                progress(str(f), i, len(files))
-            raws.append(read_file(f))
-        return raws, 1
-    chunk = max(1, len(files) // (n * _BATCHES_PER_WORKER))
-    pool = _pool(n)
+    pool = _pool(n) if n > 1 else None
     try:
-        with warnings.catch_warnings():  # Python >= 3.12 warns on any fork of a threaded process
-            warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
-                                    category=DeprecationWarning)
-            results = pool.map(read_file, files, chunksize=chunk)
+        results: Iterator[RawFile]
+        if pool is None:
+            results = map(read_file, files)  # lazy: each file is read when its turn comes
+        else:
+            chunk = max(1, len(files) // (n * _BATCHES_PER_WORKER))
+            with warnings.catch_warnings():  # Python >= 3.12 warns on a fork of a threaded process
+                warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                        message=r".*use of fork\(\) may lead to deadlocks")
+                results = pool.map(read_file, files, chunksize=chunk)
         raws = []
         for i, f in enumerate(files):
             if progress is not None:
@@ -120,7 +117,8 @@ def read_all(files: list[Path], progress: Callable[[str, int, int], None] | None
             f"a trace-reading process died (out of memory?); rerun with {WORKERS_ENV}=1 to read "
             "the files one at a time") from None
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return raws, n
 
 
