@@ -2,7 +2,9 @@
 
 The decoder is msgspec with typed structs: it skips every key the reader does not use, so it is
 several times faster than a generic JSON parse and holds a fraction of its memory (see
-benchmarks/bench_ingest.py). Only the args the ingest needs are declared.
+benchmarks/bench_ingest.py). Only the args the ingest needs are declared, and each event decodes
+into the struct of its phase (`decode`): a metadata event holds a name and a thread, not the
+thirty fields of a row's args.
 
 Hostile input is refused at this edge, each case in one line naming the file (and the JSON path
 of the offending value): anything but a regular file (a FIFO, a device, a socket), a file or
@@ -13,6 +15,8 @@ timestamps or durations beyond ``MAX_TIME_US``, and step numbers past int32.
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import re
 import stat
@@ -20,7 +24,7 @@ import sys
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
@@ -104,8 +108,9 @@ class RawLists:
 _MISSING = object()
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: str
+class _EventFields(msgspec.Struct, gc=False):
+    """The fields the ingest reads from a row (complete or instant) event."""
+
     name: str = ""
     cat: str | None = None
     pid: Int64 | str = 0
@@ -116,10 +121,78 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
+class Event(_EventFields, kw_only=True):
+    """Any event, whatever its phase: the plain decode (`decode_plain`)."""
+
+    ph: str
+
+
 class Document(msgspec.Struct, gc=False):
     traceEvents: list[Event]
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[Any] | None = None
+
+
+# The phased decode (`decode`): each event decodes into the struct of its phase, so the
+# metadata and flow events (310k of the MTIA training trace's 456k events are metadata) carry
+# only the fields the ingest reads of them, and other phases only their name. The phase is the
+# struct's class attribute ``ph``, so the reader treats both decodes' events alike.
+
+class Complete(_EventFields, tag_field="ph", tag="X"):
+    ph: ClassVar[str] = "X"
+
+
+class Instant(Complete, tag="i"):
+    ph: ClassVar[str] = "i"
+
+
+class GlobalInstant(Complete, tag="I"):
+    ph: ClassVar[str] = "I"
+
+
+class MetaArgs(msgspec.Struct, gc=False):
+    name: str | None = None  # process or thread name
+
+
+class Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+    ph: ClassVar[str] = "M"
+    name: str = ""
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    args: MetaArgs | None = None
+
+
+class FlowStart(msgspec.Struct, gc=False, tag_field="ph", tag="s"):
+    ph: ClassVar[str] = "s"
+    name: str = ""
+    cat: str | None = None
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    ts: TimeUs | None = None
+    id: Int64 | str | None = None
+
+
+class FlowEnd(FlowStart, tag="f"):
+    ph: ClassVar[str] = "f"
+
+
+#: the Trace Event Format's other phases (duration begin/end, counters, async, object,
+#: sample, mark, context...): counted and reported, only their names are read
+OTHER_PHASES = "BECbnetPONDVvRc()"
+_OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [("name", str, "")], gc=False,
+                                 tag_field="ph", tag=p, namespace={"ph": p})
+               for p in OTHER_PHASES)
+PhasedEvent = functools.reduce(operator.or_, (Complete, Instant, GlobalInstant, Meta, FlowStart,
+                                              FlowEnd, *_OTHER))
+
+
+class PhasedDocument(msgspec.Struct, gc=False):
+    traceEvents: list[PhasedEvent]  # type: ignore[valid-type]
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[Any] | None = None
+
+
+_PHASED = msgspec.json.Decoder(PhasedDocument)
 
 
 def max_bytes() -> int:
@@ -230,9 +303,20 @@ def read_bytes(path: Path) -> bytes | bytearray:
     return raw
 
 
-def decode(path: Path, raw: bytes | bytearray) -> Document:
-    """Decode and check the top level; field-level type errors name the JSON path. The
-    reader checks the step numbers (`check_steps`) on the names it collects anyway."""
+def decode(path: Path, raw: bytes | bytearray) -> PhasedDocument | Document:
+    """The phased decode; input it refuses (a phase outside the Trace Event Format, a bad
+    value, bad JSON) is decoded plainly (`decode_plain`), which accepts any phase and words
+    the errors. The reader checks the step numbers (`check_steps`) on the names it collects
+    anyway."""
+    try:
+        return _PHASED.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return decode_plain(path, raw)
+
+
+def decode_plain(path: Path, raw: bytes | bytearray) -> Document:
+    """Decode every event into one struct (`Event`) and check the top level; field-level type
+    errors name the JSON path."""
     try:
         doc = msgspec.json.decode(raw, type=Document)
     except msgspec.ValidationError as exc:

@@ -21,7 +21,7 @@ import numpy as np
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
-from mtia_trace.ingest.decode import Args, Document, Event, check_steps, decode, read_bytes
+from mtia_trace.ingest.decode import Args, check_steps, decode, read_bytes
 
 _RANK_IN_NAME = re.compile(r"(?:rank|_r)[-_]?(\d+)", re.I)
 _STREAM_IN_THREAD = re.compile(r"stream\s*(\d+)", re.I)
@@ -94,7 +94,7 @@ def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     return out, list(index)
 
 
-def _thread_names(meta: list[Event]) -> dict[tuple[Any, Any], list[str]]:
+def _thread_names(meta: list[Any]) -> dict[tuple[Any, Any], list[str]]:
     """(pid, tid) -> distinct thread names; metadata events repeat massively, so dedupe first."""
     threads = [e for e in meta if e.name == "thread_name"]
     seen = {(k, p, t, a.name) for k, p, t, a in map(_META, threads)
@@ -197,8 +197,8 @@ def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
             a.pg_ranks = seen.setdefault(a.pg_ranks, a.pg_ranks)
 
 
-def _partition(events: list[Event]
-               ) -> tuple[list[Event], list[Event], list[Event], list[Event], dict[str, int]]:
+def _partition(events: list[Any]
+               ) -> tuple[list[Any], list[Any], list[Any], list[Any], dict[str, int]]:
     """(rows, metadata events, flow events, the other events, events per phase) of a file."""
     ph_all = list(map(_PH, events))
     phases = dict(Counter(ph_all))
@@ -254,7 +254,7 @@ def read_file(path: Path) -> RawFile:
     with open(path, "rb") as fh:  # the file as stored: cheap for .gz, and what sha256sum prints
         sha = hashlib.file_digest(fh, "sha256").hexdigest()
     size = len(raw)
-    doc: Document = decode(path, raw)
+    doc = decode(path, raw)
     del raw
 
     rows, meta, flow_events, other, phases = _partition(doc.traceEvents)
