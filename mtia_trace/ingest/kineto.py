@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
@@ -220,9 +221,11 @@ def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.nd
     n = len(pids)
     p_code, p_uniq = codes(pids)
     t_code, t_uniq = codes(tids)
-    # (dict-based codes: no per-call pandas overhead on the small files of many-rank traces)
-    pt_code, pt_uniq = codes((p_code * len(t_uniq) + t_code).tolist())
-    labels = [f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}" for k in pt_uniq]
+    # pids and tids may be text: dict codes; their integer combinations go to pandas'
+    # factorize, which keeps first-seen order too and is 3-10x faster on integers
+    pt_code, pt_uniq = pd.factorize(p_code * len(t_uniq) + t_code)
+    labels = [f"host:{p_uniq[k // len(t_uniq)]}:{t_uniq[k % len(t_uniq)]}"
+              for k in pt_uniq.tolist()]
     track = pt_code.astype(np.int32)
     device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
@@ -233,9 +236,9 @@ def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.nd
         s_code, s_uniq = codes([a.stream if a is not None else None for a in dargs])
         del dargs
         combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
-        k_code, k_uniq = codes(combo.tolist())
+        k_code, k_uniq = pd.factorize(combo)
         placed = []
-        for k in k_uniq:
+        for k in k_uniq.tolist():
             k, s = divmod(k, len(s_uniq))
             k, d = divmod(k, len(d_uniq))
             p, t = divmod(int(pt_uniq[k]), len(t_uniq))
