@@ -88,7 +88,8 @@ def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     """(code per value, distinct values in first-seen order); None is a value like any other.
 
     One pass of dict lookups and no per-call overhead, so it stays cheap on the small per-rank
-    files a many-rank trace is made of (pandas' factorize is 2x slower on lists of this size)."""
+    files a many-rank trace is made of (on lists of Python objects pandas' factorize is 2x
+    slower; `_tracks` gives it the integer combinations, where it is faster)."""
     index: dict[Any, int] = {}
     code = index.setdefault
     out = np.fromiter([code(v, len(index)) for v in values], dtype=np.int64, count=len(values))
@@ -198,18 +199,21 @@ def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
             a.pg_ranks = seen.setdefault(a.pg_ranks, a.pg_ranks)
 
 
-def _partition(events: list[Any]
-               ) -> tuple[list[Any], list[Any], list[Any], list[Any], dict[str, int]]:
-    """(rows, metadata events, flow events, the other events, events per phase) of a file."""
+def _partition(events: list[Any]) -> tuple[list[Any], np.ndarray, list[Any], list[Any],
+                                          list[Any], dict[str, int]]:
+    """(rows, whether each row is complete (not an instant), metadata events, flow events, the
+    other events, events per phase) of a file: each event's phase is read once."""
     ph_all = list(map(_PH, events))
     phases = dict(Counter(ph_all))
-    rows = list(compress(events, map(_ROW_PHASES.__contains__, ph_all)))
+    is_row = list(map(_ROW_PHASES.__contains__, ph_all))
+    rows = list(compress(events, is_row))
+    is_x = np.fromiter(map("X".__eq__, compress(ph_all, is_row)), dtype=bool, count=len(rows))
     meta = list(compress(events, map("M".__eq__, ph_all))) if "M" in phases else []
     flows = (list(compress(events, map(_FLOW_PHASES.__contains__, ph_all)))
              if "s" in phases or "f" in phases else [])
     other = ([e for e, p in zip(events, ph_all) if p not in _KNOWN_PHASES]
              if len(rows) + len(meta) + len(flows) < len(events) else [])
-    return rows, meta, flows, other, phases
+    return rows, is_x, meta, flows, other, phases
 
 
 def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.ndarray,
@@ -260,7 +264,7 @@ def read_file(path: Path) -> RawFile:
     doc = decode(path, raw)
     del raw
 
-    rows, meta, flow_events, other, phases = _partition(doc.traceEvents)
+    rows, is_x, meta, flow_events, other, phases = _partition(doc.traceEvents)
     names = list(map(_NAME, rows))
     n_code, n_uniq = codes(names)  # one str object per distinct name, not per row
     check_steps(path, chain(n_uniq, *(set(map(_NAME, e)) for e in (meta, flow_events, other))))
@@ -273,8 +277,8 @@ def read_file(path: Path) -> RawFile:
             f"{path}: no complete (ph \"X\") or instant (ph \"i\") events; "
             "the trace is empty — profile at least one active step"
         )
-    cats, phs, pids, tids, ts_list, dur_list = (
-        list(map(attrgetter(f), rows)) for f in ("cat", "ph", "pid", "tid", "ts", "dur"))
+    cats, pids, tids, ts_list, dur_list = (
+        list(map(attrgetter(f), rows)) for f in ("cat", "pid", "tid", "ts", "dur"))
     args = np.empty(n, dtype=object)
     args[:] = list(map(_ARGS, rows))
     ts = np.array(ts_list, dtype=np.float64)  # None -> nan
@@ -283,8 +287,6 @@ def read_file(path: Path) -> RawFile:
         raise TraceFormatError(
             f"{path}: event {i} ({names[i]!r}) has no \"ts\"; fix or re-export the trace"
         )
-    is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=n)
-    del phs
     dur = np.array(dur_list, dtype=np.float64)
     dur[np.isnan(dur) & ~is_x] = 0.0
     if np.isnan(dur).any():
