@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not
@@ -22,7 +21,7 @@ import pandas as pd
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
-from mtia_trace.ingest.decode import Args, check_steps, decode, read_bytes
+from mtia_trace.ingest.decode import Args, Event, check_steps, decode, read_bytes
 
 _RANK_IN_NAME = re.compile(r"(?:rank|_r)[-_]?(\d+)", re.I)
 _STREAM_IN_THREAD = re.compile(r"stream\s*(\d+)", re.I)
@@ -79,9 +78,10 @@ _PH = attrgetter("ph")
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
 _META = attrgetter("name", "pid", "tid", "args")
-_ROW_PHASES = frozenset({"X", "i", "I"})
-_FLOW_PHASES = frozenset({"s", "f"})
-_KNOWN_PHASES = _ROW_PHASES | _FLOW_PHASES | {"M"}
+#: how `_partition` groups the phases: complete and instant rows, metadata, flows, the others
+_COMPLETE_GROUP, _INSTANT_GROUP, _META_GROUP, _FLOW_GROUP, _OTHER_GROUP = range(5)
+_GROUP = {"X": _COMPLETE_GROUP, "i": _INSTANT_GROUP, "I": _INSTANT_GROUP, "M": _META_GROUP,
+          "s": _FLOW_GROUP, "f": _FLOW_GROUP}
 
 
 def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -202,18 +202,25 @@ def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
 def _partition(events: list[Any]) -> tuple[list[Any], np.ndarray, list[Any], list[Any],
                                           list[Any], dict[str, int]]:
     """(rows, whether each row is complete (not an instant), metadata events, flow events, the
-    other events, events per phase) of a file: each event's phase is read once."""
-    ph_all = list(map(_PH, events))
-    phases = dict(Counter(ph_all))
-    is_row = list(map(_ROW_PHASES.__contains__, ph_all))
-    rows = list(compress(events, is_row))
-    is_x = np.fromiter(map("X".__eq__, compress(ph_all, is_row)), dtype=bool, count=len(rows))
-    meta = list(compress(events, map("M".__eq__, ph_all))) if "M" in phases else []
-    flows = (list(compress(events, map(_FLOW_PHASES.__contains__, ph_all)))
-             if "s" in phases or "f" in phases else [])
-    other = ([e for e, p in zip(events, ph_all) if p not in _KNOWN_PHASES]
-             if len(rows) + len(meta) + len(flows) < len(events) else [])
-    return rows, is_x, meta, flows, other, phases
+    other events, events per phase in first-seen order) of a file.
+
+    Each event is keyed once: by its struct type in the phased decode (the type is the phase,
+    and ``type`` is cheaper than reading the class attribute), by its ``ph`` in the plain one.
+    The rest is per distinct key, then numpy over the key codes."""
+    key = _PH if events and type(events[0]) is Event else type
+    code, uniq = codes(list(map(key, events)))
+    ph_of = [k if isinstance(k, str) else k.ph for k in uniq]
+    phases = dict(zip(ph_of, np.bincount(code, minlength=len(uniq)).tolist()))
+    group = np.array([_GROUP.get(p, _OTHER_GROUP) for p in ph_of], dtype=np.int8)[code]
+
+    def take(mask: np.ndarray) -> list[Any]:
+        return list(compress(events, mask.tolist())) if mask.any() else []
+
+    is_row = group <= _INSTANT_GROUP
+    rows = take(is_row)
+    is_x = group[is_row] == _COMPLETE_GROUP
+    return (rows, is_x, take(group == _META_GROUP), take(group == _FLOW_GROUP),
+            take(group == _OTHER_GROUP), phases)
 
 
 def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.ndarray,
