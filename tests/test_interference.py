@@ -142,3 +142,23 @@ def test_peer_wait_holds_sms_but_moves_no_data() -> None:
     assert got == pytest.approx(2 * base, rel=1e-9)   # waves only, no transfer contention
     got, base = _one_gemm(ONE_WAVE, hw="mtia300", late_peer=50_000.0)
     assert got == base                                 # message engines hold no compute
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_grouped_search_counts_the_keys_before_each_query(side: str) -> None:
+    """`_search` against its definition, one query at a time: the keys before (group, value)
+    in (group, value) order, equal values counted per ``side``; ties, -0.0, empty groups and
+    groups with no keys included."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        kg = rng.integers(-1, 4, int(rng.integers(0, 40)))
+        kv = np.round(rng.normal(size=len(kg)), 1)
+        kv[: len(kv) // 4] = 0.0
+        o = np.lexsort((kv, kg))
+        kg, kv = kg[o], kv[o]
+        qg = rng.integers(-2, 5, int(rng.integers(0, 40)))
+        qv = np.round(rng.normal(size=len(qg)), 1)
+        qv[: len(qv) // 4] = -0.0
+        want = [int(np.sum((kg < g) | ((kg == g) & ((kv < v) if side == "left" else (kv <= v)))))
+                for g, v in zip(qg, qv)]
+        assert I._search(kg, kv, qg, qv, side=side).tolist() == want

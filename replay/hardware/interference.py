@@ -187,19 +187,22 @@ def _search(kg: np.ndarray, kv: np.ndarray, qg: np.ndarray, qv: np.ndarray,
             side: str = "left") -> np.ndarray:
     """`np.searchsorted` of each query (group, value) in keys sorted by (group, value): the
     number of keys before it in that order (``side`` as in searchsorted for equal values), so
-    within a group it is the group's first key index plus the searchsorted of its values."""
-    n = len(kv)
-    g = np.concatenate([kg, qg])
-    v = np.concatenate([kv, qv])
-    # among equal (group, value): keys first for side="right", queries first for "left"
-    tie = np.concatenate([np.zeros(n, np.int8), np.ones(len(qv), np.int8)])
-    if side == "left":
-        tie = 1 - tie
-    o = np.lexsort((tie, v, g))
-    is_key = o < n
-    before: np.ndarray = np.cumsum(is_key) - is_key
+    within a group it is the group's first key index plus the searchsorted of its values.
+
+    One searchsorted per group of queries (groups are ranks: few, and each query group is one
+    contiguous run once stably sorted), not a sort of keys and queries together."""
     out = np.empty(len(qv), dtype=np.int64)
-    out[o[~is_key] - n] = before[~is_key]
+    if not len(qv):
+        return out
+    o = np.argsort(qg, kind="stable")
+    g, v = qg[o], qv[o]
+    cut = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])
+    head = g[cut[:-1]]
+    first, end = np.searchsorted(kg, head, "left"), np.searchsorted(kg, head, "right")
+    found = np.empty(len(qv), dtype=np.int64)
+    for a, b, k0, k1 in zip(cut[:-1].tolist(), cut[1:].tolist(), first.tolist(), end.tolist()):
+        found[a:b] = k0 + np.searchsorted(kv[k0:k1], v[a:b], side=side)
+    out[o] = found
     return out
 
 
