@@ -5,6 +5,7 @@ the collective's own traffic, and the peer-wait span of a GPU collective holding
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -145,7 +146,7 @@ def test_peer_wait_holds_sms_but_moves_no_data() -> None:
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_grouped_search_counts_the_keys_before_each_query(side: str) -> None:
+def test_grouped_search_counts_the_keys_before_each_query(side: Literal["left", "right"]) -> None:
     """`_search` against its definition, one query at a time: the keys before (group, value)
     in (group, value) order, equal values counted per ``side``; ties, -0.0, empty groups and
     groups with no keys included."""

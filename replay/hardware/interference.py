@@ -31,6 +31,7 @@ fraction of the kernel's span that stretch covers (one correction of the schedul
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -184,7 +185,7 @@ def _unique_pairs(group: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _search(kg: np.ndarray, kv: np.ndarray, qg: np.ndarray, qv: np.ndarray,
-            side: str = "left") -> np.ndarray:
+            side: Literal["left", "right"] = "left") -> np.ndarray:
     """`np.searchsorted` of each query (group, value) in keys sorted by (group, value): the
     number of keys before it in that order (``side`` as in searchsorted for equal values), so
     within a group it is the group's first key index plus the searchsorted of its values.
