@@ -35,7 +35,7 @@ from typing import Literal
 
 import numpy as np
 
-from replay.groups import ranges, segment_cumsum
+from replay.groups import ranges, runs, segment_cumsum
 from replay.hardware.collectives import OPS
 from replay.hardware.spec import HardwareSpec
 
@@ -190,20 +190,15 @@ def _search(kg: np.ndarray, kv: np.ndarray, qg: np.ndarray, qv: np.ndarray,
     number of keys before it in that order (``side`` as in searchsorted for equal values), so
     within a group it is the group's first key index plus the searchsorted of its values.
 
-    One searchsorted per group of queries (groups are ranks: few, and each query group is one
-    contiguous run once stably sorted), not a sort of keys and queries together."""
+    One searchsorted per group of queries (`groups.runs`: groups are ranks, few), not a sort
+    of keys and queries together."""
     out = np.empty(len(qv), dtype=np.int64)
-    if not len(qv):
-        return out
-    o = np.argsort(qg, kind="stable")
-    g, v = qg[o], qv[o]
-    cut = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])
-    head = g[cut[:-1]]
-    first, end = np.searchsorted(kg, head, "left"), np.searchsorted(kg, head, "right")
-    found = np.empty(len(qv), dtype=np.int64)
-    for a, b, k0, k1 in zip(cut[:-1].tolist(), cut[1:].tolist(), first.tolist(), end.tolist()):
-        found[a:b] = k0 + np.searchsorted(kv[k0:k1], v[a:b], side=side)
-    out[o] = found
+    rows, bounds, heads = runs(qg)
+    first, end = np.searchsorted(kg, heads, "left"), np.searchsorted(kg, heads, "right")
+    for a, b, k0, k1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), first.tolist(),
+                            end.tolist()):
+        q = rows[a:b]
+        out[q] = k0 + np.searchsorted(kv[k0:k1], qv[q], side=side)
     return out
 
 
