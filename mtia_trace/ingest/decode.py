@@ -16,13 +16,15 @@ timestamps or durations beyond ``MAX_TIME_US``, and step numbers past int32.
 from __future__ import annotations
 
 import functools
+import hashlib
+import itertools
 import operator
 import os
 import re
 import stat
 import sys
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -301,6 +303,159 @@ def read_bytes(path: Path) -> bytes | bytearray:
     if raw[:2] == b"\x1f\x8b":
         raw = _gunzip(path, raw, limit)
     return raw
+
+
+class NotStreamable(Exception):
+    """The file is not read in pieces (`Pieces`): it is read whole, where every error is worded."""
+
+
+#: Gunzipped JSON decoded at a time by `Pieces` (whole events: a piece ends between two)
+PIECE_BYTES = 4 * 2**20
+_BLOCK = 2**20
+_TRACE_EVENTS = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
+#: between two events of the array: the end of one, JSON whitespace, a comma, the next one
+_BETWEEN = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+_EVENTS = msgspec.json.Decoder(list[PhasedEvent])  # type: ignore[valid-type]
+_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
+
+
+class Pieces:
+    """A trace file's events decoded a piece at a time (the phased decode, `decode`), so neither
+    its whole JSON text nor all of its decoded events are held at once: iterate for lists of
+    events in file order; then ``size`` (bytes of JSON), ``sha256`` (of the file as stored),
+    ``distributedInfo`` and ``deviceProperties`` are set.
+
+    The text is gunzipped as it is read and cut only between two events of the top-level
+    ``traceEvents`` array (``}``, whitespace, a comma, ``{``); each piece, the part before the
+    array (with an empty one) and the part after must each decode. A cut inside a string leaves
+    an unterminated one, so it cannot decode. Anything else (bad or unusual JSON, a phase
+    outside the Trace Event Format, a key given twice, corrupt gzip, a file past the read
+    limit) raises `NotStreamable` while iterating, and the reader reads the file whole
+    (`read_bytes`, `decode`), which words every error as before."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = 0
+        self.sha256 = ""
+        self.distributedInfo: dict[str, Any] | None = None
+        self.deviceProperties: list[Any] | None = None
+
+    def _text(self) -> Iterator[bytes]:
+        """The file's JSON text in blocks, gunzipped when it starts with the gzip magic."""
+        limit = max_bytes()
+        fd = _open_regular(self.path)
+        digest = hashlib.sha256()
+        try:
+            if os.fstat(fd).st_size > limit:
+                raise NotStreamable
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                blocks = iter(functools.partial(fh.read, _BLOCK), b"")
+                first = next(blocks, b"")
+                digest.update(first)
+                gz = first[:2] == b"\x1f\x8b"
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+                data = first
+                while True:
+                    if d is None:
+                        out, data = data, b""
+                    else:
+                        out = d.decompress(data, _BLOCK)
+                        data = d.unconsumed_tail
+                    self.size += len(out)
+                    if self.size > limit:
+                        raise NotStreamable
+                    if out:
+                        yield out
+                    if d is not None and d.eof:  # a gzip member ends: another may follow
+                        rest = d.unused_data
+                        while len(rest) < 2 and (more := next(blocks, b"")):
+                            digest.update(more)
+                            rest += more
+                        if rest[:2] != b"\x1f\x8b":
+                            break  # trailing padding after the last member, as gzip(1) tolerates
+                        d, data = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                    elif not data:
+                        data = next(blocks, b"")
+                        digest.update(data)
+                        if not data and not out:
+                            break
+                if d is not None and not d.eof:
+                    raise NotStreamable  # truncated: the whole read words it
+                for more in blocks:  # what follows the last member counts in the file's hash
+                    digest.update(more)
+        except zlib.error:
+            raise NotStreamable from None
+        except OSError as exc:
+            raise TraceFormatError(f"{self.path}: cannot read ({exc.strerror}); check the path"
+                                   ) from None
+        finally:
+            os.close(fd)
+        self.sha256 = digest.hexdigest()
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        text = self._text()
+        buf = bytearray()
+        start = None
+        for block in text:  # the part before the array
+            buf += block
+            start = _TRACE_EVENTS.search(buf)
+            if start is not None:
+                break
+        if start is None:
+            raise NotStreamable
+        try:
+            head = _PHASED.decode(bytes(buf[:start.end() - 1]) + b"[]}")
+        except _DECODE_ERRORS:
+            raise NotStreamable from None
+        del buf[:start.end()]
+        for block in itertools.chain([b""], text):  # what the head's blocks held first
+            buf += block
+            while len(buf) >= PIECE_BYTES and (cut := _cut(buf, PIECE_BYTES)) is not None:
+                # yielded straight from the call: this frame keeps no reference to the events
+                yield _take(buf, cut.start() + 1, cut.end() - 1)
+        # the last events, the array's end and the part after it: a document of its own
+        if b'"traceEvents"' in buf:
+            raise NotStreamable
+        try:
+            tail = _PHASED.decode(b'{"traceEvents":[' + buf)
+        except _DECODE_ERRORS:
+            raise NotStreamable from None
+        for key in ("distributedInfo", "deviceProperties"):
+            before, after = getattr(head, key), getattr(tail, key)
+            if before is not None and f'"{key}"'.encode() in buf:
+                raise NotStreamable  # given twice: the whole decode keeps the last one
+            setattr(self, key, after if after is not None else before)
+        del buf
+        yield _events(tail)
+
+
+def _events(doc: PhasedDocument) -> list[Any]:
+    """The events a document held (it keeps none)."""
+    events, doc.traceEvents = doc.traceEvents, []
+    return events  # type: ignore[no-any-return]
+
+
+def _take(buf: bytearray, end: int, rest: int) -> list[Any]:
+    """The events of ``buf[:end]`` (whole events of the array, commas between them); the
+    buffer keeps what follows from ``rest`` on."""
+    piece = b"[" + buf[:end] + b"]"
+    del buf[:rest]
+    try:
+        return _EVENTS.decode(piece)  # type: ignore[no-any-return]
+    except _DECODE_ERRORS:
+        raise NotStreamable from None
+
+
+def _cut(buf: bytearray, size: int) -> re.Match[bytes] | None:
+    """Where to end a piece of about ``size`` bytes (`_BETWEEN`): the last place before
+    ``size`` that may lie between two events, else the first after it, else None."""
+    for lo in (max(0, size - 2**16), 0):
+        found = None
+        for found in _BETWEEN.finditer(buf, lo, size):
+            pass
+        if found is not None:
+            return found
+    return _BETWEEN.search(buf, size)
 
 
 def decode(path: Path, raw: bytes | bytearray) -> PhasedDocument | Document:

@@ -21,7 +21,15 @@ import pandas as pd
 
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
-from mtia_trace.ingest.decode import Args, Event, check_steps, decode, read_bytes
+from mtia_trace.ingest.decode import (
+    Args,
+    Event,
+    NotStreamable,
+    Pieces,
+    check_steps,
+    decode,
+    read_bytes,
+)
 
 _RANK_IN_NAME = re.compile(r"(?:rank|_r)[-_]?(\d+)", re.I)
 _STREAM_IN_THREAD = re.compile(r"stream\s*(\d+)", re.I)
@@ -84,23 +92,43 @@ _GROUP = {"X": _COMPLETE_GROUP, "i": _INSTANT_GROUP, "I": _INSTANT_GROUP, "M": _
           "s": _FLOW_GROUP, "f": _FLOW_GROUP}
 
 
+class Coder:
+    """Codes for values as they come, chunk after chunk: each distinct value's code is its
+    first-seen position over everything coded so far (``values``); None is a value like any
+    other. One pass of dict lookups and no per-call overhead, so it stays cheap on the small
+    per-rank files a many-rank trace is made of (on lists of Python objects pandas' factorize
+    is 2x slower; `_tracks` gives it the integer combinations, where it is faster)."""
+
+    def __init__(self) -> None:
+        self._index: dict[Any, int] = {}
+
+    def __call__(self, values: list[Any]) -> np.ndarray:
+        index = self._index
+        code = index.setdefault
+        return np.fromiter([code(v, len(index)) for v in values], dtype=np.int64,
+                           count=len(values))
+
+    @property
+    def values(self) -> list[Any]:
+        return list(self._index)
+
+
 def codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """(code per value, distinct values in first-seen order); None is a value like any other.
-
-    One pass of dict lookups and no per-call overhead, so it stays cheap on the small per-rank
-    files a many-rank trace is made of (on lists of Python objects pandas' factorize is 2x
-    slower; `_tracks` gives it the integer combinations, where it is faster)."""
-    index: dict[Any, int] = {}
-    code = index.setdefault
-    out = np.fromiter([code(v, len(index)) for v in values], dtype=np.int64, count=len(values))
-    return out, list(index)
+    """(code per value, distinct values in first-seen order), as one `Coder` gives them."""
+    coder = Coder()
+    return coder(values), coder.values
 
 
-def _thread_names(meta: list[Any]) -> dict[tuple[Any, Any], list[str]]:
-    """(pid, tid) -> distinct thread names; metadata events repeat massively, so dedupe first."""
+def _thread_labels(meta: list[Any]) -> set[tuple[Any, Any, Any, str]]:
+    """The distinct (name, pid, tid, thread name) of the ``thread_name`` metadata events;
+    metadata events repeat massively, so they are deduplicated as they are read."""
     threads = [e for e in meta if e.name == "thread_name"]
-    seen = {(k, p, t, a.name) for k, p, t, a in map(_META, threads)
+    return {(k, p, t, a.name) for k, p, t, a in map(_META, threads)
             if a is not None and a.name is not None}
+
+
+def _thread_names(seen: set[tuple[Any, Any, Any, str]]) -> dict[tuple[Any, Any], list[str]]:
+    """(pid, tid) -> distinct thread names (`_thread_labels`), in a fixed order."""
     out: dict[tuple[Any, Any], list[str]] = {}
     for _, pid, tid, label in sorted(seen, key=str):
         out.setdefault((pid, tid), []).append(label)
@@ -140,12 +168,11 @@ CODED = {"name": "name", "cat": "cat", "ph": "ph", "track": "track",
 _PHASES = ["X", "i"]
 
 
-def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int
-               ) -> tuple[dict[str, np.ndarray], list[bytes]]:
-    """Each shape arg as a per-row code into a list of its distinct raw JSON values (-1:
-    absent). A `msgspec.Raw` is a view that keeps the whole file's JSON text alive, and shapes
+def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int, index: dict[bytes, int]
+               ) -> dict[str, np.ndarray]:
+    """Each shape arg as a per-row code into ``index``, the distinct raw JSON values seen so far
+    (-1: absent). A `msgspec.Raw` is a view that keeps its piece of JSON text alive, and shapes
     repeat massively: each distinct one is copied out once, and no row keeps one of its own."""
-    index: dict[bytes, int] = {}
     code = index.setdefault
     out = {}
     for f in RAW_FIELDS:
@@ -153,7 +180,7 @@ def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int
         col[arg_rows] = [-1 if v is None else code(bytes(v), len(index))
                          for v in map(attrgetter(f), present)]
         out[f] = col
-    return out, list(index)
+    return out
 
 
 #: args read after this file's columns are made (sizes, syncs, collectives); the rest (ids,
@@ -223,15 +250,15 @@ def _partition(events: list[Any]) -> tuple[list[Any], np.ndarray, list[Any], lis
             take(group == _OTHER_GROUP), phases)
 
 
-def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.ndarray,
+def _tracks(pids: Coded, tids: Coded, dev_idx: np.ndarray, devices: Coded, streams: Coded,
             thread_names: dict[tuple[Any, Any], list[str]]
             ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """(track code per row, the track labels it indexes, device, stream): host rows run on
-    ``host:<pid>:<tid>``, device rows on ``dev:<device>:<stream>`` (`_place`), each worked out
-    once per distinct (pid, tid, args.device, args.stream)."""
-    n = len(pids)
-    p_code, p_uniq = codes(pids)
-    t_code, t_uniq = codes(tids)
+    ``host:<pid>:<tid>``, device rows (``dev_idx``, with their args' device and stream) on
+    ``dev:<device>:<stream>`` (`_place`), each worked out once per distinct (pid, tid,
+    args.device, args.stream)."""
+    (p_code, p_uniq), (t_code, t_uniq) = pids, tids
+    n = len(p_code)
     # pids and tids may be text: dict codes; their integer combinations go to pandas'
     # factorize, which keeps first-seen order too and is 3-10x faster on integers
     pt_code, pt_uniq = pd.factorize(p_code * len(t_uniq) + t_code)
@@ -240,12 +267,8 @@ def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.nd
     track = pt_code.astype(np.int32)
     device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
-    dev_idx = np.flatnonzero(is_device)
     if len(dev_idx):
-        dargs = args[dev_idx].tolist()
-        d_code, d_uniq = codes([a.device if a is not None else None for a in dargs])
-        s_code, s_uniq = codes([a.stream if a is not None else None for a in dargs])
-        del dargs
+        (d_code, d_uniq), (s_code, s_uniq) = devices, streams
         combo = (pt_code[dev_idx].astype(np.int64) * len(d_uniq) + d_code) * len(s_uniq) + s_code
         k_code, k_uniq = pd.factorize(combo)
         placed = []
@@ -262,118 +285,209 @@ def _tracks(pids: list[Any], tids: list[Any], is_device: np.ndarray, args: np.nd
     return track, labels, device, stream
 
 
+#: a coded column: (code per row, the distinct values the codes index)
+Coded = tuple[np.ndarray, list[Any]]
+
+
+class _Columns:
+    """A file's columns built piece by piece (`add`, once per list of decoded events, in file
+    order), so that no more than one piece's decoded events are alive at a time; `finish`
+    checks them and makes the `RawFile`. Coded columns share one `Coder` over the pieces, so
+    their codes are those of the whole file at once."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, int] = {}
+        self.name, self.cat, self.pid, self.tid = Coder(), Coder(), Coder(), Coder()
+        self.device, self.stream = Coder(), Coder()  # of device rows, from their args
+        self.raw: dict[bytes, int] = {}
+        self.other_names: tuple[set[str], set[str], set[str]] = (set(), set(), set())
+        self.threads: set[tuple[Any, Any, Any, str]] = set()
+        self.flows: list[Any] = []
+        self.parts: dict[str, list[np.ndarray]] = {}
+
+    def _keep(self, **cols: np.ndarray) -> None:
+        for k, v in cols.items():
+            self.parts.setdefault(k, []).append(v)
+
+    def add(self, events: list[Any]) -> None:
+        rows, is_x, meta, flow_events, other, phases = _partition(events)
+        del events
+        for ph, count in phases.items():
+            self.phases[ph] = self.phases.get(ph, 0) + count
+        for seen, evs in zip(self.other_names, (meta, flow_events, other)):
+            seen.update(map(_NAME, evs))
+        self.threads |= _thread_labels(meta)
+        del meta, other
+        self.flows += flow_events
+        n = len(rows)
+        cat_code = self.cat([e.cat for e in rows])
+        cat_uniq = self.cat.values
+        is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
+        args = np.empty(n, dtype=object)
+        args[:] = list(map(_ARGS, rows))
+        self._keep(name=self.name(list(map(_NAME, rows))), cat=cat_code, is_x=is_x,
+                   pid=self.pid([e.pid for e in rows]), tid=self.tid([e.tid for e in rows]),
+                   # None -> nan: `finish` words it
+                   ts=np.array([e.ts for e in rows], dtype=np.float64),
+                   dur=np.array([e.dur for e in rows], dtype=np.float64))
+        del rows
+        arg_rows = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), dtype=bool,
+                                              count=n))
+        external = np.full(n, -1, dtype=np.int64)
+        correlation = np.full(n, -1, dtype=np.int64)
+        present = args[arg_rows].tolist()
+        self._keep(**_raw_codes(present, arg_rows, n, self.raw))
+        dev_idx = np.flatnonzero(is_device)
+        dargs = args[dev_idx].tolist()  # where a device row runs, read before args are dropped
+        self._keep(dev_device=self.device([a.device if a is not None else None for a in dargs]),
+                   dev_stream=self.stream([a.stream if a is not None else None for a in dargs]))
+        del dargs
+        if len(arg_rows):
+            ext = np.array([-1 if (v := a.external_id) is None else v for a in present],
+                           np.int64)
+            ext_old = np.array([-1 if (v := a.external_id_old) is None else v for a in present],
+                               np.int64)
+            corr = np.array([-1 if (v := a.correlation) is None else v for a in present],
+                            np.int64)
+            external[arg_rows] = np.where(ext >= 0, ext, ext_old)
+            correlation[arg_rows] = corr
+            keep_cat = np.array([c in _KEEP_ARGS_CATS for c in cat_uniq], dtype=bool)[cat_code]
+            _drop_spent(args, arg_rows, present, is_device, keep_cat)
+        del present
+        self._keep(args=args, external=external, correlation=correlation)
+
+    def _joined(self, key: str, dtype: Any = None) -> np.ndarray:
+        parts = self.parts.pop(key, [])
+        if not parts:
+            return np.empty(0, dtype=dtype if dtype is not None else np.float64)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def finish(self, path: Path, sha: str, size: int, distributed_info: Any,
+               device_properties: Any) -> RawFile:
+        n_uniq = self.name.values
+        check_steps(path, chain(n_uniq, *self.other_names))
+        thread_names = _thread_names(self.threads)
+        n_code = self._joined("name", np.int64)
+        n = len(n_code)
+        if n == 0:
+            raise TraceFormatError(
+                f"{path}: no complete (ph \"X\") or instant (ph \"i\") events; "
+                "the trace is empty — profile at least one active step"
+            )
+        is_x = self._joined("is_x", bool)
+        ts = self._joined("ts")
+        if np.isnan(ts).any():
+            i = int(np.flatnonzero(np.isnan(ts))[0])
+            raise TraceFormatError(
+                f"{path}: event {i} ({n_uniq[n_code[i]]!r}) has no \"ts\"; fix or re-export "
+                "the trace"
+            )
+        dur = self._joined("dur")
+        dur[np.isnan(dur) & ~is_x] = 0.0
+        if np.isnan(dur).any():
+            i = int(np.flatnonzero(np.isnan(dur))[0])
+            raise TraceFormatError(
+                f"{path}: complete event {i} ({n_uniq[n_code[i]]!r}) has no \"dur\"; fix or "
+                "re-export the trace"
+            )
+        if (dur < 0).any():
+            bad = np.flatnonzero(dur < 0)
+            i = int(bad[0])
+            raise TraceFormatError(
+                f"{path}: {len(bad)} events have negative durations (first: "
+                f"{n_uniq[n_code[i]]!r}, dur {dur[i]}); the trace is corrupt — re-export it"
+            )
+
+        cat_code = self._joined("cat", np.int64)
+        cat_uniq = [c if isinstance(c, str) else None for c in self.cat.values]
+        is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
+        is_runtime = np.array([c in RUNTIME_CATS for c in cat_uniq], dtype=bool)[cat_code]
+        pids: Coded = (self._joined("pid", np.int64), self.pid.values)
+        tids: Coded = (self._joined("tid", np.int64), self.tid.values)
+        correlation = self._joined("correlation", np.int64)
+
+        # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
+        missing = np.flatnonzero((correlation < 0) & (is_device | is_runtime))
+        if self.flows and len(missing):
+            flows = {(e.ph, e.pid, e.tid, e.ts): e.id for e in self.flows
+                     if e.cat in FLOW_CATS and e.id is not None}
+            p_uniq, t_uniq = pids[1], tids[1]
+            for i, dev, p, t, at in zip(missing.tolist(), is_device[missing].tolist(),
+                                        pids[0][missing].tolist(), tids[0][missing].tolist(),
+                                        ts[missing].tolist()):
+                fid = flows.get(("f" if dev else "s", p_uniq[p], t_uniq[t], at))
+                if fid is not None and (fid := _as_int(fid)) is not None:
+                    correlation[i] = fid
+        self.flows = []
+
+        track, track_labels, device, stream = _tracks(
+            pids, tids, np.flatnonzero(is_device),
+            (self._joined("dev_device", np.int64), self.device.values),
+            (self._joined("dev_stream", np.int64), self.stream.values), thread_names)
+
+        di = distributed_info or {}
+        rank = _as_int(di.get("rank")) if isinstance(di, dict) else None
+        if rank is None and isinstance(di, dict) and di.get("rank") is not None:
+            raise TraceFormatError(f"{path}: distributedInfo.rank = {str(di['rank'])[:40]!r} is "
+                                   "not a rank number; fix it or remove it to take the rank from "
+                                   "the name")
+        if rank is None:
+            rank = rank_from_name(path)
+        phases = self.phases
+        info = FileInfo(
+            path=str(path), rank=rank if rank is not None else -1, sha256=sha, bytes=size,
+            n_events=n, distributed_info=di if isinstance(di, dict) else {},
+            device_properties=device_properties or [], phase_counts=dict(phases),
+            thread_names=thread_names,
+        )
+        warnings = []
+        other_ph = {p: c for p, c in phases.items() if p not in ("X", "i", "I", "M", "s", "f")}
+        if other_ph:
+            warnings.append(f"{path}: events with phases {other_ph} are not rows (only X and i "
+                            "are)")
+        cols = {
+            "name": n_code.astype(np.int32),
+            "cat": cat_code.astype(np.int32),
+            "ph": (~is_x).astype(np.int32),  # codes into _PHASES
+            "track": track,
+            "is_device": is_device,
+            "device": device,
+            "stream": stream,
+            "ts_us": ts,
+            "dur_us": dur,
+            "correlation": correlation,
+            "external_id": self._joined("external", np.int64),
+            **{f: self._joined(f, np.int32) for f in RAW_FIELDS},
+        }
+        values = {"name": n_uniq, "cat": cat_uniq, "ph": _PHASES, "track": track_labels,
+                  "raw": list(self.raw)}
+        return RawFile(info=info, cols=cols, args=self._joined("args", object), values=values,
+                       warnings=warnings)
+
+
 def read_file(path: Path) -> RawFile:
-    """Parse one file; raise TraceFormatError with a one-line message on bad input."""
+    """Parse one file; raise TraceFormatError with a one-line message on bad input.
+
+    The file is decoded a piece at a time (`decode.Pieces`); one the pieces cannot read is
+    read whole, with the phased decode or, where it refuses the input, the plain one."""
+    cols = _Columns()
+    pieces = Pieces(path)
+    try:
+        for events in pieces:
+            cols.add(events)
+            del events  # before the next piece is decoded
+        return cols.finish(path, pieces.sha256, pieces.size, pieces.distributedInfo,
+                           pieces.deviceProperties)
+    except NotStreamable:
+        pass
+    del cols, pieces
     raw = read_bytes(path)
     with open(path, "rb") as fh:  # the file as stored: cheap for .gz, and what sha256sum prints
         sha = hashlib.file_digest(fh, "sha256").hexdigest()
     size = len(raw)
     doc = decode(path, raw)
     del raw
-
-    rows, is_x, meta, flow_events, other, phases = _partition(doc.traceEvents)
-    names = list(map(_NAME, rows))
-    n_code, n_uniq = codes(names)  # one str object per distinct name, not per row
-    check_steps(path, chain(n_uniq, *(set(map(_NAME, e)) for e in (meta, flow_events, other))))
-    thread_names = _thread_names(meta)
-    del meta, other
-    doc.traceEvents = []  # the rows are all that is kept of the decoded events
-    n = len(rows)
-    if n == 0:
-        raise TraceFormatError(
-            f"{path}: no complete (ph \"X\") or instant (ph \"i\") events; "
-            "the trace is empty — profile at least one active step"
-        )
-    cats, pids, tids, ts_list, dur_list = (
-        list(map(attrgetter(f), rows)) for f in ("cat", "pid", "tid", "ts", "dur"))
-    args = np.empty(n, dtype=object)
-    args[:] = list(map(_ARGS, rows))
-    ts = np.array(ts_list, dtype=np.float64)  # None -> nan
-    if np.isnan(ts).any():
-        i = int(np.flatnonzero(np.isnan(ts))[0])
-        raise TraceFormatError(
-            f"{path}: event {i} ({names[i]!r}) has no \"ts\"; fix or re-export the trace"
-        )
-    dur = np.array(dur_list, dtype=np.float64)
-    dur[np.isnan(dur) & ~is_x] = 0.0
-    if np.isnan(dur).any():
-        i = int(np.flatnonzero(np.isnan(dur))[0])
-        raise TraceFormatError(
-            f"{path}: complete event {i} ({names[i]!r}) has no \"dur\"; fix or re-export the trace"
-        )
-    if (dur < 0).any():
-        bad = np.flatnonzero(dur < 0)
-        i = int(bad[0])
-        raise TraceFormatError(
-            f"{path}: {len(bad)} events have negative durations (first: {names[i]!r}, "
-            f"dur {dur[i]}); the trace is corrupt — re-export it"
-        )
-
-    cat_code, cat_uniq = codes(cats)
-    cat_uniq = [c if isinstance(c, str) else None for c in cat_uniq]
-    is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
-    is_runtime = np.array([c in RUNTIME_CATS for c in cat_uniq], dtype=bool)[cat_code]
-
-    arg_rows = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), dtype=bool, count=n))
-    external = np.full(n, -1, dtype=np.int64)
-    correlation = np.full(n, -1, dtype=np.int64)
-    present = args[arg_rows].tolist()
-    raw_cols, raw_values = _raw_codes(present, arg_rows, n)
-    if len(arg_rows):
-        ext = np.array([-1 if (v := a.external_id) is None else v for a in present], np.int64)
-        ext_old = np.array([-1 if (v := a.external_id_old) is None else v for a in present],
-                           np.int64)
-        corr = np.array([-1 if (v := a.correlation) is None else v for a in present], np.int64)
-        external[arg_rows] = np.where(ext >= 0, ext, ext_old)
-        correlation[arg_rows] = corr
-        keep_cat = np.array([c in _KEEP_ARGS_CATS for c in cat_uniq], dtype=bool)[cat_code]
-        _drop_spent(args, arg_rows, present, is_device, keep_cat)
-    del present
-
-    # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
-    missing = np.flatnonzero((correlation < 0) & (is_device | is_runtime))
-    if flow_events and len(missing):
-        flows = {(e.ph, e.pid, e.tid, e.ts): e.id for e in flow_events
-                 if e.cat in FLOW_CATS and e.id is not None}
-        for i, dev in zip(missing.tolist(), is_device[missing].tolist()):
-            fid = flows.get(("f" if dev else "s", pids[i], tids[i], ts_list[i]))
-            if fid is not None and (fid := _as_int(fid)) is not None:
-                correlation[i] = fid
-
-    track, track_labels, device, stream = _tracks(pids, tids, is_device, args, thread_names)
-
-    di = doc.distributedInfo or {}
-    rank = _as_int(di.get("rank")) if isinstance(di, dict) else None
-    if rank is None and isinstance(di, dict) and di.get("rank") is not None:
-        raise TraceFormatError(f"{path}: distributedInfo.rank = {str(di['rank'])[:40]!r} is not "
-                               "a rank number; fix it or remove it to take the rank from the name")
-    if rank is None:
-        rank = rank_from_name(path)
-    info = FileInfo(
-        path=str(path), rank=rank if rank is not None else -1, sha256=sha, bytes=size,
-        n_events=n, distributed_info=di if isinstance(di, dict) else {},
-        device_properties=doc.deviceProperties or [], phase_counts=dict(phases),
-        thread_names=thread_names,
-    )
-    warnings = []
-    other_ph = {p: c for p, c in phases.items() if p not in ("X", "i", "I", "M", "s", "f")}
-    if other_ph:
-        warnings.append(f"{path}: events with phases {other_ph} are not rows (only X and i are)")
-    del names
-    cols = {
-        "name": n_code.astype(np.int32),
-        "cat": cat_code.astype(np.int32),
-        "ph": (~is_x).astype(np.int32),  # codes into _PHASES
-        "track": track,
-        "is_device": is_device,
-        "device": device,
-        "stream": stream,
-        "ts_us": ts,
-        "dur_us": dur,
-        "correlation": correlation,
-        "external_id": external,
-        **raw_cols,
-    }
-    values = {"name": n_uniq, "cat": cat_uniq, "ph": _PHASES, "track": track_labels,
-              "raw": raw_values}
-    return RawFile(info=info, cols=cols, args=args, values=values, warnings=warnings)
+    cols = _Columns()
+    cols.add(doc.traceEvents)
+    doc.traceEvents = []
+    return cols.finish(path, sha, size, doc.distributedInfo, doc.deviceProperties)
