@@ -72,6 +72,17 @@ READ: dict[str, Callable[[], bytes]] = {
         _pretty(_events()).encode()),
     "padding after gzip": lambda: gzip.compress(_pretty(_events()).encode()) + b"\0" * 64,
     "no events": lambda: b'{"distributedInfo": {"rank": 0}, "traceEvents": [ ]}',
+    # the last time a key is given counts, as in the whole decode
+    "key given twice": lambda: (json.dumps({"distributedInfo": {"rank": 1}})[:-1]
+                                + ', "traceEvents": ' + json.dumps(_events())
+                                + ', "distributedInfo": {"rank": 2}}').encode(),
+    # one piece (nothing cut): the array given last counts, as in the whole decode
+    "traceEvents twice, small": lambda: (b'{"traceEvents": ' + json.dumps(_events(3)).encode()
+                                         + b', "traceEvents": ' + json.dumps(_events(5)).encode()
+                                         + b"}"),
+    "key given null after": lambda: (json.dumps({"distributedInfo": {"rank": 1}})[:-1]
+                                     + ', "traceEvents": ' + json.dumps(_events())
+                                     + ', "distributedInfo": null}').encode(),
 }
 
 #: files the pieces refuse, read whole: (name, bytes)
@@ -80,9 +91,6 @@ WHOLE: dict[str, Callable[[], bytes]] = {
     "trailing comma": lambda: json.dumps({"traceEvents": _events()})[:-2].encode() + b",]}",
     "a phase outside the format": lambda: json.dumps(
         {"traceEvents": [*_events(), {"ph": "Z", "name": "z", "ts": 1}]}).encode(),
-    "key given twice": lambda: (json.dumps({"distributedInfo": {"rank": 1}})[:-1]
-                                + ', "traceEvents": ' + json.dumps(_events())
-                                + ', "distributedInfo": {"rank": 2}}').encode(),
     "traceEvents twice": lambda: (b'{"traceEvents": ' + json.dumps(_events()[:900]).encode()
                                   + b', "traceEvents": ' + json.dumps(_events()[900:]).encode()
                                   + b"}"),
@@ -138,7 +146,7 @@ def test_pieces_give_what_a_whole_read_gives(case: str, tmp_path: Path, small_pi
     path.write_bytes(READ[case]())
     got, fell_back = _read(path, monkeypatch, whole=False)
     assert not fell_back
-    if case != "no events":  # several pieces, none the whole file
+    if case not in ("no events", "traceEvents twice, small"):  # several pieces, none whole
         assert len(small_pieces) > 3 and max(small_pieces) < sum(small_pieces) / 3
     small_pieces.clear()
     want, fell_back = _read(path, monkeypatch, whole=True)

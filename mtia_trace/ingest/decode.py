@@ -197,6 +197,17 @@ class PhasedDocument(msgspec.Struct, gc=False):
 _PHASED = msgspec.json.Decoder(PhasedDocument)
 
 
+class _Tail(msgspec.Struct, gc=False):
+    """The end of a file read in pieces (`Pieces`): a key it does not give stays unset."""
+
+    traceEvents: list[PhasedEvent]  # type: ignore[valid-type]
+    distributedInfo: dict[str, Any] | None | msgspec.UnsetType = msgspec.UNSET
+    deviceProperties: list[Any] | None | msgspec.UnsetType = msgspec.UNSET
+
+
+_TAIL = msgspec.json.Decoder(_Tail)
+
+
 def max_bytes() -> int:
     """The per-file read limit: ``MTIA_TRACE_MAX_BYTES`` (bytes, or with K/M/G/T) or the default."""
     return env_size(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)
@@ -329,8 +340,8 @@ class Pieces:
     ``traceEvents`` array (``}``, whitespace, a comma, ``{``); each piece, the part before the
     array (with an empty one) and the part after must each decode. A cut inside a string leaves
     an unterminated one, so it cannot decode. Anything else (bad or unusual JSON, a phase
-    outside the Trace Event Format, a key given twice, corrupt gzip, a file past the read
-    limit) raises `NotStreamable` while iterating, and the reader reads the file whole
+    outside the Trace Event Format, a second traceEvents array, corrupt gzip, a file past the
+    read limit) raises `NotStreamable` while iterating, and the reader reads the file whole
     (`read_bytes`, `decode`), which words every error as before."""
 
     def __init__(self, path: Path) -> None:
@@ -397,8 +408,10 @@ class Pieces:
         buf = bytearray()
         start = None
         for block in text:  # the part before the array
+            # the key is searched for in the new text (and the end of the old, where it may begin)
+            lo = max(0, len(buf) - 64)
             buf += block
-            start = _TRACE_EVENTS.search(buf)
+            start = _TRACE_EVENTS.search(buf, lo)
             if start is not None:
                 break
         if start is None:
@@ -408,28 +421,30 @@ class Pieces:
         except _DECODE_ERRORS:
             raise NotStreamable from None
         del buf[:start.end()]
+        cut_any = False
         for block in itertools.chain([b""], text):  # what the head's blocks held first
             buf += block
             while len(buf) >= PIECE_BYTES and (cut := _cut(buf, PIECE_BYTES)) is not None:
+                cut_any = True
                 # yielded straight from the call: this frame keeps no reference to the events
                 yield _take(buf, cut.start() + 1, cut.end() - 1)
-        # the last events, the array's end and the part after it: a document of its own
-        if b'"traceEvents"' in buf:
+        # the last events, the array's end and the part after it: a document of its own. A
+        # key given twice counts once, the last time, as in the whole decode; but a second
+        # traceEvents array after pieces were cut would replace only the last piece's events
+        if cut_any and b'"traceEvents"' in buf:
             raise NotStreamable
         try:
-            tail = _PHASED.decode(b'{"traceEvents":[' + buf)
+            tail = _TAIL.decode(b'{"traceEvents":[' + buf)
         except _DECODE_ERRORS:
             raise NotStreamable from None
         for key in ("distributedInfo", "deviceProperties"):
-            before, after = getattr(head, key), getattr(tail, key)
-            if before is not None and f'"{key}"'.encode() in buf:
-                raise NotStreamable  # given twice: the whole decode keeps the last one
-            setattr(self, key, after if after is not None else before)
+            after = getattr(tail, key)
+            setattr(self, key, getattr(head, key) if after is msgspec.UNSET else after)
         del buf
         yield _events(tail)
 
 
-def _events(doc: PhasedDocument) -> list[Any]:
+def _events(doc: _Tail) -> list[Any]:
     """The events a document held (it keeps none)."""
     events, doc.traceEvents = doc.traceEvents, []
     return events  # type: ignore[no-any-return]
