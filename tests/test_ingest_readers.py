@@ -139,3 +139,24 @@ def test_heap_release_runs_everywhere() -> None:
     heap.release()  # a no-op where there is no glibc, never an error
     glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert (heap._libc() is not None) == glibc
+
+
+def test_the_ingest_builds_on_the_system_pool_and_puts_the_default_back(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from mtia_trace.ingest import heap
+
+    before = pa.default_memory_pool().backend_name
+    with heap.system_arrow_pool():
+        assert pa.default_memory_pool().backend_name == pa.system_memory_pool().backend_name
+    assert pa.default_memory_pool().backend_name == before
+    held = pa.system_memory_pool().bytes_allocated()
+    tr = load(SAMPLES[0])
+    assert pa.default_memory_pool().backend_name == before
+    # the table's text was allocated from the system pool, and outlives the switch
+    assert pa.system_memory_pool().bytes_allocated() - held >= tr.events.column("name").nbytes
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(TraceFormatError):
+        load(bad)
+    assert pa.default_memory_pool().backend_name == before

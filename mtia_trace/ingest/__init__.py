@@ -97,16 +97,17 @@ def load(paths: str | Path | Iterable[str | Path],
     # ingest creates no reference cycles, so it runs with collection paused
     gc_was_on = gc.isenabled()
     gc.disable()
-    try:
-        raws, readers = read_all(files, progress)
-        warnings = _assign_ranks(raws)
-        events, more = build(raws)
-    finally:
-        if gc_was_on:
-            gc.enable()
-    warnings += more
-    warnings += _clock_skew(events)
-    warnings += anomalies.check(events)
+    with heap.system_arrow_pool():
+        try:
+            raws, readers = read_all(files, progress)
+            warnings = _assign_ranks(raws)
+            events, more = build(raws)
+        finally:
+            if gc_was_on:
+                gc.enable()
+        warnings += more
+        warnings += _clock_skew(events)
+        warnings += anomalies.check(events)
     heap.release()  # the columns the table consumed, the checks' intermediates
     kinds = events.column("kind").value_counts()
     counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}
