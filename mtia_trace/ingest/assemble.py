@@ -510,12 +510,15 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
         "launch_id": launch, "sync_stream": sync_stream, "sync_corr": sync_corr,
         "flops": costs.flops, "bytes_read": costs.bytes_read,
         "bytes_written": costs.bytes_written, "dtype": costs.dtype, **coll,
-        "src_file": paths.take(pa.array(rows.file)),
     }
     shard = costs.table_bytes
+    file_of_row = rows.file
     # the table takes each column as it converts it: only it holds the arrays from here on
     del rows, kind, parent, depth, step, launch, corr, sync_stream, sync_corr, costs, coll
     heap.release()  # the args and the sorted rows' own columns
+    # a path per row: made once the memory above is back, not beside it
+    cols["src_file"] = paths.take(pa.array(file_of_row))
+    del file_of_row
     table = schema.from_columns(cols, consume=True)
     if shard:
         meta = dict(table.schema.metadata or {})
