@@ -42,23 +42,27 @@ def _describe(events: pa.Table, i: int) -> str:
 
 
 def _outliers(rank: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows lying far outside their rank's bulk of starts, and how far (us)."""
+    """Rows lying far outside their rank's bulk of starts, and how far (us). The events table
+    is in rank order, so each rank's rows are a slice (views, no copies); other input is put
+    in rank order first."""
+    order = None
+    if len(rank) > 1 and (rank[1:] < rank[:-1]).any():
+        order = np.argsort(rank, kind="stable")
+        rank, ts, end = rank[order], ts[order], end[order]
+    cuts = np.r_[0, np.flatnonzero(rank[1:] != rank[:-1]) + 1, len(rank)].tolist()
     bad, dist = [], []
-    order = np.argsort(rank, kind="stable")
-    r_sorted = rank[order]
-    bounds = np.flatnonzero(np.diff(r_sorted)) + 1
-    for rows in np.split(order, bounds):
-        if len(rows) < 4:
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if b - a < 4:
             continue
-        t = np.sort(ts[rows])
+        t = np.sort(ts[a:b])
         k = max(1, len(t) // 100)  # trim 1 % (at least one event) from each end
         lo, hi = t[k], t[len(t) - 1 - k]
+        del t
         margin = max(OUTLIER_SPANS * (hi - lo), OUTLIER_MIN_US)
-        before = lo - ts[rows]
-        after = end[rows] - hi
-        far = np.maximum(before, after)
-        hit = far > margin
-        bad.append(rows[hit])
+        far = lo - ts[a:b]  # before the bulk, or (below) after it
+        np.maximum(far, end[a:b] - hi, out=far)
+        hit = np.flatnonzero(far > margin)
+        bad.append(hit + a if order is None else order[hit + a])
         dist.append(far[hit])
     if not bad:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
