@@ -107,10 +107,13 @@ def _codes_of(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _fold_hash(h: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``h`` (a 64-bit hash per row) with one more numeric column folded in: rows equal in every
-    column folded get equal hashes (floats compare by value: -0.0 hashes as 0.0)."""
+    """``h`` (a 64-bit hash per row, updated in place) with one more numeric column folded in:
+    rows equal in every column folded get equal hashes (floats compare by value: -0.0 hashes as
+    0.0)."""
     bits = (c + 0.0).view(np.uint64) if c.dtype.kind == "f" else c.astype(np.uint64)
-    h = (h ^ bits) * np.uint64(0x9E3779B97F4A7C15)
+    h ^= bits  # in place: one row-length temporary per column, not three
+    del bits
+    h *= np.uint64(0x9E3779B97F4A7C15)
     h ^= h >> np.uint64(31)
     return h
 
