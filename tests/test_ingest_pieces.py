@@ -188,3 +188,19 @@ def test_a_device_row_runs_where_its_args_say(tmp_path: Path) -> None:
     t = load(path).events.to_pydict()
     k = t["name"].index("k")
     assert (t["device"][k], t["stream"][k], t["track"][k]) == (3, 9, "dev:3:9")
+
+
+@pytest.mark.parametrize("gz", [True, False], ids=["gzip", "plain"])
+def test_a_file_past_the_read_limit_is_refused_once_without_a_whole_read(
+        gz: bool, tmp_path: Path, small_pieces: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _pretty(_events()).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    limit = len(text) // 2 if gz else len(text) - 1
+    monkeypatch.setenv(decode.MAX_BYTES_ENV, str(limit))
+    got, fell_back = _read(path, monkeypatch, whole=False)
+    assert not fell_back and isinstance(got, str)
+    what = "its gunzipped JSON" if gz else f"the file ({len(text) / 2**20:.1f} MiB)"
+    assert f"{what} exceeds the" in got and decode.MAX_BYTES_ENV in got
+    want, _ = _read(path, monkeypatch, whole=True)
+    assert got == want

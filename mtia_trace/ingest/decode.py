@@ -340,9 +340,9 @@ class Pieces:
     ``traceEvents`` array (``}``, whitespace, a comma, ``{``); each piece, the part before the
     array (with an empty one) and the part after must each decode. A cut inside a string leaves
     an unterminated one, so it cannot decode. Anything else (bad or unusual JSON, a phase
-    outside the Trace Event Format, a second traceEvents array, corrupt gzip, a file past the
-    read limit) raises `NotStreamable` while iterating, and the reader reads the file whole
-    (`read_bytes`, `decode`), which words every error as before."""
+    outside the Trace Event Format, a second traceEvents array, corrupt gzip) raises `NotStreamable` while iterating, and the reader reads the file whole
+    (`read_bytes`, `decode`), which words every error as before. A file past the read limit
+    is refused as the whole read refuses it, once the limit is passed."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -357,8 +357,8 @@ class Pieces:
         fd = _open_regular(self.path)
         digest = hashlib.sha256()
         try:
-            if os.fstat(fd).st_size > limit:
-                raise NotStreamable
+            if (size := os.fstat(fd).st_size) > limit:
+                raise _too_big(self.path, f"the file ({_size(size)})", limit)
             with os.fdopen(fd, "rb", closefd=False) as fh:
                 blocks = iter(functools.partial(fh.read, _BLOCK), b"")
                 first = next(blocks, b"")
@@ -373,8 +373,8 @@ class Pieces:
                         out = d.decompress(data, _BLOCK)
                         data = d.unconsumed_tail
                     self.size += len(out)
-                    if self.size > limit:
-                        raise NotStreamable
+                    if self.size > limit:  # refused as the whole read refuses it, not read twice
+                        raise _too_big(self.path, "its gunzipped JSON" if gz else "the file", limit)
                     if out:
                         yield out
                     if d is not None and d.eof:  # a gzip member ends: another may follow
