@@ -499,11 +499,13 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     warnings += _warn_links(kind, rows.is_device, launch)
     del args
     paths = pa.array([r.info.path for r in raws], type=pa.string())
+    # text columns: made from their codes once the sorted rows (their per-row str objects
+    # among them) are freed below, not beside them
+    texts = {"name": (rows.name_codes, rows.name_uniq), "cat": (rows.cat_codes, rows.cat_uniq),
+             "ph": (rows.ph_codes, rows.ph_uniq), "track": (rows.tcode, rows.track_uniq)}
+    file_of_row = rows.file
     cols: dict[str, Any] = {
-        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64),
-        "name": _text(rows.name_codes, rows.name_uniq), "cat": _text(rows.cat_codes, rows.cat_uniq),
-        "kind": kind, "ph": _text(rows.ph_codes, rows.ph_uniq),
-        "track": _text(rows.tcode, rows.track_uniq),
+        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64), "kind": kind,
         "is_device": rows.is_device, "device": rows.device, "stream": rows.stream,
         "ts_us": rows.ts_us, "dur_us": rows.dur_us, "step": step, "correlation": corr,
         "external_id": rows.external_id, "parent_id": parent, "depth": depth,
@@ -512,12 +514,12 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
         "bytes_written": costs.bytes_written, "dtype": costs.dtype, **coll,
     }
     shard = costs.table_bytes
-    file_of_row = rows.file
     # the table takes each column as it converts it: only it holds the arrays from here on
     del rows, kind, parent, depth, step, launch, corr, sync_stream, sync_corr, costs, coll
     heap.release()  # the args and the sorted rows' own columns
-    # a path per row: made once the memory above is back, not beside it
-    cols["src_file"] = paths.take(pa.array(file_of_row))
+    for key in list(texts):
+        cols[key] = _text(*texts.pop(key))
+    cols["src_file"] = paths.take(pa.array(file_of_row))  # a path per row
     del file_of_row
     table = schema.from_columns(cols, consume=True)
     if shard:
