@@ -4,7 +4,9 @@ The decoder is msgspec with typed structs: it skips every key the reader does no
 several times faster than a generic JSON parse and holds a fraction of its memory (see
 benchmarks/bench_ingest.py). Only the args the ingest needs are declared, and each event decodes
 into the struct of its phase (`decode`): a metadata event holds a name and a thread, not the
-thirty fields of a row's args.
+thirty fields of a row's args. The ingest decodes a file a piece at a time (`Pieces`), so
+neither its whole text nor all its decoded events are held at once; what the pieces cannot read
+is read and decoded whole (`read_bytes`, `decode`, `decode_plain`), which words every error.
 
 Hostile input is refused at this edge, each case in one line naming the file (and the JSON path
 of the offending value): anything but a regular file (a FIFO, a device, a socket), a file or

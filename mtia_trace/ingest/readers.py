@@ -5,8 +5,9 @@ A multi-rank trace is one file per rank, and each file is decoded into its colum
 in file order: the events table is the same whichever way they were read. The readers are forked
 (Linux only; elsewhere the files are read serially), which takes a fraction of a second, so
 small traces (under `PARALLEL_MIN_BYTES` of JSON in all) and single files are read here. Each
-reader holds one file's decode at a time, so a parallel read holds one per process:
-``MTIA_TRACE_INGEST_WORKERS=1`` reads serially where memory is short.
+reader holds one file's columns and one piece of its decode at a time (`decode.Pieces`), so a
+parallel read holds one of each per process: ``MTIA_TRACE_INGEST_WORKERS=1`` reads serially
+where memory is short.
 """
 
 from __future__ import annotations
