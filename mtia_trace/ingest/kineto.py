@@ -177,8 +177,10 @@ def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int, index: dict[by
     out = {}
     for f in RAW_FIELDS:
         col = np.full(n, -1, dtype=np.int32)
-        col[arg_rows] = [-1 if v is None else code(bytes(v), len(index))
-                         for v in map(attrgetter(f), present)]
+        # traces without shapes skip the per-row pass (a Raw holds a JSON value: never empty)
+        if any(map(attrgetter(f), present)):
+            col[arg_rows] = [-1 if v is None else code(bytes(v), len(index))
+                             for v in map(attrgetter(f), present)]
         out[f] = col
     return out
 
