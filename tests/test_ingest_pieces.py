@@ -96,7 +96,6 @@ WHOLE: dict[str, Callable[[], bytes]] = {
                                   + b"}"),
     "events under another key first": lambda: (
         b'{"meta": {"traceEvents": [1]}, "traceEvents": ' + json.dumps(_events()).encode() + b"}"),
-    "truncated gzip": lambda: gzip.compress(_pretty(_events()).encode())[:-300],
     "top level array": lambda: json.dumps(_events()).encode(),
     "a bad timestamp": lambda: json.dumps(
         {"traceEvents": [*_events(), {"ph": "X", "name": "a", "ts": "soon", "dur": 1}]}).encode(),
@@ -118,7 +117,7 @@ def _read(path: Path, monkeypatch: pytest.MonkeyPatch, *, whole: bool) -> tuple[
     read_whole: list[Path] = []
     real = kineto.read_bytes
     with monkeypatch.context() as m:
-        m.setattr(kineto, "read_bytes", lambda p: (read_whole.append(p), real(p))[1])
+        m.setattr(kineto, "read_bytes", lambda p, d=None: (read_whole.append(p), real(p, d))[1])
         if whole:
             def refuse(self: decode.Pieces) -> Any:
                 raise decode.NotStreamable
@@ -202,5 +201,22 @@ def test_a_file_past_the_read_limit_is_refused_once_without_a_whole_read(
     assert not fell_back and isinstance(got, str)
     what = "its gunzipped JSON" if gz else f"the file ({len(text) / 2**20:.1f} MiB)"
     assert f"{what} exceeds the" in got and decode.MAX_BYTES_ENV in got
+    want, _ = _read(path, monkeypatch, whole=True)
+    assert got == want
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_bad_gzip_is_refused_in_the_whole_read_s_words_without_one(
+        damage: str, tmp_path: Path, small_pieces: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytearray(gzip.compress(_pretty(_events()).encode()))
+    if damage == "truncated":
+        data = data[:-300]
+    else:
+        data[len(data) // 2:len(data) // 2 + 64] = b"\xff" * 64
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(bytes(data))
+    got, fell_back = _read(path, monkeypatch, whole=False)
+    assert not fell_back and isinstance(got, str) and "corrupt or truncated gzip" in got
     want, _ = _read(path, monkeypatch, whole=True)
     assert got == want

@@ -44,7 +44,9 @@ DEFAULT_MAX_BYTES = 4 * 2**30
 MAX_TIME_US = 1e17
 #: Largest step number (``ProfilerStep#N``) and rank: steps and ranks are int32 columns.
 MAX_STEP = 2**31 - 1
-_CHUNK = 1 << 24
+_GZIP = b"\x1f\x8b"
+#: bytes read, and at most gunzipped, at a time
+_BLOCK = 2**20
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
@@ -269,53 +271,73 @@ def _open_regular(path: Path) -> int:
     return fd
 
 
-def _gunzip(path: Path, raw: bytes, limit: int) -> bytearray:
-    """Every gzip member of ``raw``, refusing output past ``limit`` bytes as it is produced."""
-    out = bytearray()
-    data = raw
+def _json_blocks(path: Path, digest: Any = None) -> Iterator[bytes]:
+    """The file's JSON text in blocks of up to `_BLOCK` bytes, gunzipped as it is read when it
+    starts with the gzip magic (every member; padding after the last is ignored, as gzip(1)
+    does). Refused in one line past `max_bytes` (the file, or its text as it is produced), on
+    corrupt or truncated gzip, or when unreadable. ``digest`` (a hashlib object) takes the
+    file's bytes as stored."""
+    limit = max_bytes()
+    fd = _open_regular(path)
     try:
-        while data:
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            buf = data
+        if (stored := os.fstat(fd).st_size) > limit:
+            raise _too_big(path, f"the file ({_size(stored)})", limit)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            blocks = iter(functools.partial(fh.read, _BLOCK), b"")
+
+            def read() -> bytes:
+                block = next(blocks, b"")
+                if digest is not None:
+                    digest.update(block)
+                return block
+
+            data = read()
+            gz = data[:2] == _GZIP
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+            size = 0
             while True:
-                chunk = d.decompress(buf, _CHUNK)
-                if len(out) + len(chunk) > limit:
-                    raise _too_big(path, "its gunzipped JSON", limit)
-                out += chunk
-                buf = d.unconsumed_tail
-                if d.eof or (not chunk and not buf):
-                    break
-            if not d.eof:
+                if d is None:
+                    out, data = data, b""
+                else:
+                    out = d.decompress(data, _BLOCK)
+                    data = d.unconsumed_tail
+                size += len(out)
+                if size > limit:
+                    raise _too_big(path, "its gunzipped JSON" if gz else "the file", limit)
+                if out:
+                    yield out
+                if d is not None and d.eof:  # a gzip member ends: another may follow
+                    rest = d.unused_data
+                    while len(rest) < 2 and (more := read()):
+                        rest += more
+                    if rest[:2] != _GZIP:
+                        break
+                    d, data = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                elif not data:
+                    data = read()
+                    if not data and not out:
+                        break
+            if d is not None and not d.eof:
                 raise EOFError("stream ends before the end-of-stream marker")
-            data = d.unused_data
-            if data[:2] != b"\x1f\x8b":
-                break  # trailing padding after the last member, as gzip(1) tolerates
+            while digest is not None and read():  # what follows the last member is hashed too
+                pass
     except (EOFError, zlib.error) as exc:
         raise TraceFormatError(
             f"{path}: corrupt or truncated gzip ({exc}); re-export or re-download the trace"
         ) from None
-    return out
-
-
-def read_bytes(path: Path) -> bytes | bytearray:
-    """The file's JSON bytes, gunzipped when it starts with the gzip magic (bounded, see above)."""
-    limit = max_bytes()
-    fd = _open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise _too_big(path, f"the file ({_size(size)})", limit)
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            raw = fh.read(size + 1)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror}); check the path") from None
     finally:
         os.close(fd)
-    if len(raw) > limit:
-        raise _too_big(path, "the file", limit)
-    if raw[:2] == b"\x1f\x8b":
-        raw = _gunzip(path, raw, limit)
-    return raw
+
+
+def read_bytes(path: Path, digest: Any = None) -> bytes | bytearray:
+    """The file's JSON bytes, gunzipped when it starts with the gzip magic (`_json_blocks`:
+    bounded, and ``digest`` takes the file as stored)."""
+    out = bytearray()
+    for block in _json_blocks(path, digest):
+        out += block
+    return out
 
 
 class NotStreamable(Exception):
@@ -324,7 +346,6 @@ class NotStreamable(Exception):
 
 #: Gunzipped JSON decoded at a time by `Pieces` (whole events: a piece ends between two)
 PIECE_BYTES = 4 * 2**20
-_BLOCK = 2**20
 _TRACE_EVENTS = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
 #: between two events of the array: the end of one, JSON whitespace, a comma, the next one
 _BETWEEN = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
@@ -342,9 +363,10 @@ class Pieces:
     ``traceEvents`` array (``}``, whitespace, a comma, ``{``); each piece, the part before the
     array (with an empty one) and the part after must each decode. A cut inside a string leaves
     an unterminated one, so it cannot decode. Anything else (bad or unusual JSON, a phase
-    outside the Trace Event Format, a second traceEvents array, corrupt gzip) raises `NotStreamable` while iterating, and the reader reads the file whole
-    (`read_bytes`, `decode`), which words every error as before. A file past the read limit
-    is refused as the whole read refuses it, once the limit is passed."""
+    outside the Trace Event Format, a second traceEvents array) raises `NotStreamable` while
+    iterating, and the reader reads the file whole (`read_bytes`, `decode`), which words every
+    error as before. The text comes from the whole read's own reader (`_json_blocks`), so a
+    file past the read limit, corrupt gzip or an unreadable file are refused in its words."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -354,55 +376,10 @@ class Pieces:
         self.deviceProperties: list[Any] | None = None
 
     def _text(self) -> Iterator[bytes]:
-        """The file's JSON text in blocks, gunzipped when it starts with the gzip magic."""
-        limit = max_bytes()
-        fd = _open_regular(self.path)
         digest = hashlib.sha256()
-        try:
-            if (size := os.fstat(fd).st_size) > limit:
-                raise _too_big(self.path, f"the file ({_size(size)})", limit)
-            with os.fdopen(fd, "rb", closefd=False) as fh:
-                blocks = iter(functools.partial(fh.read, _BLOCK), b"")
-                first = next(blocks, b"")
-                digest.update(first)
-                gz = first[:2] == b"\x1f\x8b"
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
-                data = first
-                while True:
-                    if d is None:
-                        out, data = data, b""
-                    else:
-                        out = d.decompress(data, _BLOCK)
-                        data = d.unconsumed_tail
-                    self.size += len(out)
-                    if self.size > limit:  # refused as the whole read refuses it, not read twice
-                        raise _too_big(self.path, "its gunzipped JSON" if gz else "the file", limit)
-                    if out:
-                        yield out
-                    if d is not None and d.eof:  # a gzip member ends: another may follow
-                        rest = d.unused_data
-                        while len(rest) < 2 and (more := next(blocks, b"")):
-                            digest.update(more)
-                            rest += more
-                        if rest[:2] != b"\x1f\x8b":
-                            break  # trailing padding after the last member, as gzip(1) tolerates
-                        d, data = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
-                    elif not data:
-                        data = next(blocks, b"")
-                        digest.update(data)
-                        if not data and not out:
-                            break
-                if d is not None and not d.eof:
-                    raise NotStreamable  # truncated: the whole read words it
-                for more in blocks:  # what follows the last member counts in the file's hash
-                    digest.update(more)
-        except zlib.error:
-            raise NotStreamable from None
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read ({exc.strerror}); check the path"
-                                   ) from None
-        finally:
-            os.close(fd)
+        for block in _json_blocks(self.path, digest):
+            self.size += len(block)
+            yield block
         self.sha256 = digest.hexdigest()
 
     def __iter__(self) -> Iterator[list[Any]]:

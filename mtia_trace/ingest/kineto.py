@@ -483,9 +483,9 @@ def read_file(path: Path) -> RawFile:
     except NotStreamable:
         pass
     del cols, pieces
-    raw = read_bytes(path)
-    with open(path, "rb") as fh:  # the file as stored: cheap for .gz, and what sha256sum prints
-        sha = hashlib.file_digest(fh, "sha256").hexdigest()
+    digest = hashlib.sha256()  # of the file as stored: what sha256sum prints
+    raw = read_bytes(path, digest)
+    sha = digest.hexdigest()
     size = len(raw)
     doc = decode(path, raw)
     del raw
