@@ -164,6 +164,23 @@ def test_input_the_pieces_refuse_is_read_whole(case: str, tmp_path: Path, small_
     _same(got, want)
 
 
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_a_file_is_read_in_about_eight_pieces(name: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A piece is an eighth of the file's JSON (a gzip file's from its trailer), so a piece's
+    decoded events stay a fraction of the table whatever the file's size."""
+    monkeypatch.setattr(decode, "PIECE_MIN_BYTES", 2**10)
+    monkeypatch.setattr(decode, "PIECE_BYTES", 2**30)
+    text = _pretty(_events(2000)).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    pieces = decode.Pieces(path)
+    assert pieces.piece_bytes == len(text) // 8
+    sizes = [len(ev) for ev in pieces]
+    # eight pieces and the tail: the events after the last cut, under a piece's worth
+    assert len(sizes) == 9 and max(sizes) < sum(sizes) / 6 and sizes[-1] <= max(sizes)
+
+
 def test_the_file_facts_are_those_of_the_file(tmp_path: Path, small_pieces: list[int],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib

@@ -12,7 +12,7 @@ import pytest
 
 from mtia_trace.cli import main
 from mtia_trace.errors import MtiaTraceError, TraceFormatError
-from mtia_trace.ingest import load, readers
+from mtia_trace.ingest import decode, load, readers
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = [ROOT / "sample_traces" / "torch_cpu_dlrm", ROOT / "sample_traces" / "synth" /
@@ -100,9 +100,9 @@ def test_json_size_of_a_gzip_file_is_its_gunzipped_size(tmp_path: Path) -> None:
     gz.write_bytes(gzip.compress(doc))
     plain = tmp_path / "t.json"
     plain.write_bytes(doc)
-    assert readers.json_bytes(gz) == len(doc)
-    assert readers.json_bytes(plain) == len(doc)
-    assert readers.json_bytes(tmp_path / "missing.json") == 0
+    assert decode.json_bytes(gz) == len(doc)
+    assert decode.json_bytes(plain) == len(doc)
+    assert decode.json_bytes(tmp_path / "missing.json") == 0
 
 
 @linux
@@ -111,7 +111,7 @@ def test_a_fifo_is_sized_without_being_opened(tmp_path: Path) -> None:
 
     fifo = tmp_path / "rank0.json"
     os.mkfifo(fifo)
-    assert readers.json_bytes(fifo) == 0  # returns at once: opening a FIFO would block
+    assert decode.json_bytes(fifo) == 0  # returns at once: opening a FIFO would block
 
 
 @linux

@@ -24,6 +24,7 @@ import operator
 import os
 import re
 import stat
+import struct
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -340,12 +341,35 @@ def read_bytes(path: Path, digest: Any = None) -> bytes | bytearray:
     return out
 
 
+def json_bytes(path: Path) -> int:
+    """The file's JSON size: its own size, or for gzip the size its trailer records (0 where
+    it cannot be read: the read itself words why)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return 0  # never opened here (a FIFO would block): the read refuses it
+        size = st.st_size
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(-4, os.SEEK_END)
+            # ISIZE is the last member's size mod 2**32: never below the compressed size here
+            return max(size, struct.unpack("<I", fh.read(4))[0])
+    except OSError:
+        return 0
+
+
 class NotStreamable(Exception):
     """The file is not read in pieces (`Pieces`): it is read whole, where every error is worded."""
 
 
-#: Gunzipped JSON decoded at a time by `Pieces` (whole events: a piece ends between two)
+#: Gunzipped JSON decoded at a time by `Pieces` (whole events: a piece ends between two): an
+#: eighth of the file's JSON, between these two sizes. A piece's decoded events take about 3-4x
+#: its JSON, the table about 1x the file's, so a piece of an eighth stays under half the table
+#: beside it; below 1 MiB, pieces only add per-piece work, and above 4 MiB, memory.
 PIECE_BYTES = 4 * 2**20
+PIECE_MIN_BYTES = 2**20
+PIECES_PER_FILE = 8
 _TRACE_EVENTS = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
 #: between two events of the array: the end of one, JSON whitespace, a comma, the next one
 _BETWEEN = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
@@ -370,6 +394,9 @@ class Pieces:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: JSON decoded at a time (see `PIECE_BYTES`)
+        self.piece_bytes = min(PIECE_BYTES, max(PIECE_MIN_BYTES,
+                                                json_bytes(path) // PIECES_PER_FILE))
         self.size = 0
         self.sha256 = ""
         self.distributedInfo: dict[str, Any] | None = None
@@ -403,7 +430,8 @@ class Pieces:
         cut_any = False
         for block in itertools.chain([b""], text):  # what the head's blocks held first
             buf += block
-            while len(buf) >= PIECE_BYTES and (cut := _cut(buf, PIECE_BYTES)) is not None:
+            while len(buf) >= self.piece_bytes and (
+                    cut := _cut(buf, self.piece_bytes)) is not None:
                 cut_any = True
                 # yielded straight from the call: this frame keeps no reference to the events
                 yield _take(buf, cut.start() + 1, cut.end() - 1)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
-import stat
-import struct
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from mtia_trace.errors import MtiaTraceError
+from mtia_trace.ingest.decode import json_bytes
 from mtia_trace.ingest.kineto import RawFile, read_file
 
 #: Environment variable: the number of processes reading trace files (1: read them serially).
@@ -51,23 +50,6 @@ def workers_wanted() -> int:
         raise MtiaTraceError(f"{WORKERS_ENV}={text}: not a process count; give a whole number "
                              "of 1 or more (1 reads the files serially)")
     return int(text)
-
-
-def json_bytes(path: Path) -> int:
-    """The file's JSON size: its own size, or for gzip the size its trailer records."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return 0  # never opened here (a FIFO would block): read_file refuses it
-        size = st.st_size
-        with open(path, "rb") as fh:
-            if fh.read(2) != b"\x1f\x8b" or size < 18:
-                return size
-            fh.seek(-4, os.SEEK_END)
-            # ISIZE is the last member's size mod 2**32: never below the compressed size here
-            return max(size, struct.unpack("<I", fh.read(4))[0])
-    except OSError:
-        return 0  # read_file reports an unreadable file in its own words
 
 
 def workers_for(files: list[Path]) -> int:
