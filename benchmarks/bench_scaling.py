@@ -194,8 +194,10 @@ def main(argv: list[str] | None = None) -> None:
             # the replay's phases together (each alone is too short to fit on the small runs)
             y = np.array([sum(v[1] for k, v in o["phases"].items() if k != "ingest")
                           for *_, o in res])
+            top = int(np.argmax(n))
             after = (report_fit("  after ingest (graph, cost, schedule, attribute, write) CPU",
-                                "ns", 1e9, n, rr, ss, y), fit_linear(n, y))
+                                "ns", 1e9, n, rr, ss, y), fit_linear(n, y),
+                     (res[top][0], res[top][1], n[top], y[top]))
         if a.big not in ("0", ""):
             r, s = (int(x) for x in a.big.lower().split("x"))
             trace, n_json = synth(tmp, r, s)
@@ -212,12 +214,15 @@ def main(argv: list[str] | None = None) -> None:
             if after is not None:
                 # the big run's phases after ingest run as the grid's do: a point the fits were
                 # not made from, where an N·R or N·S term the grid found would show
-                (fa, fb, fc, fd), (la, ld) = after
+                (fa, fb, fc, fd), (la, ld), (r0, s0, n0, y0) = after
                 nb = out["n"]
                 got = sum(v[1] for k, v in out["phases"].items() if k != "ingest")
                 print(f"  after ingest: {got:.1f} s CPU; the grid's fit predicts "
                       f"{fa * nb + fb * nb * r + fc * nb * s + fd:.1f} s, a fit of a·N + d alone "
                       f"{la * nb + ld:.1f} s")
+                print(f"  against the grid's largest run ({r0}x{s0}): {nb / n0:.1f}x the rows at "
+                      f"{r / r0:.0f}x the ranks and {s / s0:.0f}x the steps take {got / y0:.2f}x "
+                      f"its after-ingest CPU ({got / nb * 1e6:.1f} vs {y0 / n0 * 1e6:.1f} us a row)")
             ing = out["phases"]["ingest"][2]
             print(f"  ingest peak RSS {ing / 1024:.2f} GB = {ing / out['table_mb']:.2f}x the events "
                   "table (target <= 2x)")
