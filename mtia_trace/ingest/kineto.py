@@ -1,8 +1,9 @@
 """One Kineto file -> raw columns of its complete ("X") and instant ("i") events.
 
 Metadata events (ph "M") are deduplicated into thread/process names; flow events (ph "s"/"f")
-become a (pid, tid, ts) -> id map used to link device events to their launches. Everything
-else is counted and reported, never silently dropped.
+become columns of (phase, pid, tid, ts, id), looked up by the rows whose args carry no
+correlation id, to link device events to their launches. Everything else is counted and
+reported, never silently dropped.
 """
 
 from __future__ import annotations
@@ -304,12 +305,45 @@ class _Columns:
         self.raw: dict[bytes, int] = {}
         self.other_names: tuple[set[str], set[str], set[str]] = (set(), set(), set())
         self.threads: set[tuple[Any, Any, Any, str]] = set()
-        self.flows: list[Any] = []
         self.parts: dict[str, list[np.ndarray]] = {}
 
     def _keep(self, **cols: np.ndarray) -> None:
         for k, v in cols.items():
             self.parts.setdefault(k, []).append(v)
+
+    def _keep_flows(self, flow_events: list[Any]) -> None:
+        """The flows that may link a row to its launch (`FLOW_CATS`, with an id), as columns:
+        whether it ends a flow, pid and tid (codes of the rows' coders), ts and the id as int64
+        (`_as_int`) and whether it is one. The events themselves are not kept: on GPU traces
+        they are a third of the file, and a piece's objects kept past it hold its memory."""
+        fl = [e for e in flow_events if e.cat in FLOW_CATS and e.id is not None]
+        if not fl:
+            return
+        ids: list[Any] = [e.id for e in fl]
+        ok = np.ones(len(ids), dtype=bool)
+        if not all(type(v) is int for v in ids):  # ints are the usual case; Int64 bounds them
+            ids = [_as_int(v) for v in ids]
+            ok = np.array([v is not None for v in ids], dtype=bool)
+            ids = [0 if v is None else v for v in ids]
+        self._keep(flow_end=np.array([e.ph == "f" for e in fl], dtype=bool),
+                   flow_pid=self.pid([e.pid for e in fl]), flow_tid=self.tid([e.tid for e in fl]),
+                   flow_ts=np.array([e.ts for e in fl], dtype=np.float64),  # None -> nan
+                   flow_id=np.array(ids, dtype=np.int64), flow_ok=ok)
+
+    def _flow_ids(self, end: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """(the id of the flow at each (end, pid code, tid code, ts), whether there is one and
+        it is an integer); of flows given twice, the last counts."""
+        if "flow_ts" not in self.parts:
+            return np.zeros(len(ts), dtype=np.int64), np.zeros(len(ts), dtype=bool)
+        flows = pd.MultiIndex.from_arrays(
+            [self._joined(k) for k in ("flow_end", "flow_pid", "flow_tid", "flow_ts")])
+        last = ~flows.duplicated(keep="last")
+        ids, ok = self._joined("flow_id")[last], self._joined("flow_ok")[last]
+        at = flows[last].get_indexer(pd.MultiIndex.from_arrays([end, pid, tid, ts]))
+        found = at >= 0
+        found[found] = ok[at[found]]
+        return ids[np.maximum(at, 0)], found
 
     def add(self, events: list[Any]) -> None:
         rows, is_x, meta, flow_events, other, phases = _partition(events)
@@ -320,7 +354,8 @@ class _Columns:
             seen.update(map(_NAME, evs))
         self.threads |= _thread_labels(meta)
         del meta, other
-        self.flows += flow_events
+        self._keep_flows(flow_events)
+        del flow_events
         n = len(rows)
         cat_code = self.cat([e.cat for e in rows])
         cat_uniq = self.cat.values
@@ -408,19 +443,15 @@ class _Columns:
         tids: Coded = (self._joined("tid", np.int64), self.tid.values)
         correlation = self._joined("correlation", np.int64)
 
-        # flows fill correlation ids the args lack (older traces, MTIA DMA requests)
+        # flows fill correlation ids the args lack (older traces, MTIA DMA requests): a
+        # device row's flow ends where it starts, a runtime call's flow starts where it starts
         missing = np.flatnonzero((correlation < 0) & (is_device | is_runtime))
-        if self.flows and len(missing):
-            flows = {(e.ph, e.pid, e.tid, e.ts): e.id for e in self.flows
-                     if e.cat in FLOW_CATS and e.id is not None}
-            p_uniq, t_uniq = pids[1], tids[1]
-            for i, dev, p, t, at in zip(missing.tolist(), is_device[missing].tolist(),
-                                        pids[0][missing].tolist(), tids[0][missing].tolist(),
-                                        ts[missing].tolist()):
-                fid = flows.get(("f" if dev else "s", p_uniq[p], t_uniq[t], at))
-                if fid is not None and (fid := _as_int(fid)) is not None:
-                    correlation[i] = fid
-        self.flows = []
+        if len(missing):
+            fid, found = self._flow_ids(is_device[missing], pids[0][missing], tids[0][missing],
+                                        ts[missing])
+            correlation[missing[found]] = fid[found]
+        for k in [k for k in self.parts if k.startswith("flow_")]:
+            del self.parts[k]
 
         track, track_labels, device, stream = _tracks(
             pids, tids, np.flatnonzero(is_device),
