@@ -401,6 +401,7 @@ class Pieces:
         self.sha256 = ""
         self.distributedInfo: dict[str, Any] | None = None
         self.deviceProperties: list[Any] | None = None
+        self._rest = bytearray()  # what follows the last piece `_take` cut
 
     def _text(self) -> Iterator[bytes]:
         digest = hashlib.sha256()
@@ -408,6 +409,19 @@ class Pieces:
             self.size += len(block)
             yield block
         self.sha256 = digest.hexdigest()
+
+    def _take(self, buf: bytearray, cut: re.Match[bytes]) -> list[Any]:
+        """The events of ``buf`` (``[``, then whole events of the array) up to ``cut``
+        (`_cut`), decoded where they lie: the comma there becomes the piece's ``]``. The
+        events' raw shape args are views of ``buf``, which is never resized again: what follows
+        is copied out, starting with a ``[`` in place of the comma, as `_rest`."""
+        comma = buf.index(b",", cut.start(), cut.end())
+        buf[comma] = ord("]")
+        self._rest = bytearray(b"[") + buf[comma + 1:]
+        try:
+            return _EVENTS.decode(memoryview(buf)[:comma + 1])  # type: ignore[no-any-return]
+        except _DECODE_ERRORS:
+            raise NotStreamable from None
 
     def __iter__(self) -> Iterator[list[Any]]:
         text = self._text()
@@ -426,7 +440,7 @@ class Pieces:
             head = _PHASED.decode(bytes(buf[:start.end() - 1]) + b"[]}")
         except _DECODE_ERRORS:
             raise NotStreamable from None
-        del buf[:start.end()]
+        del buf[:start.end() - 1]  # the buffer starts at the array's "["
         cut_any = False
         for block in itertools.chain([b""], text):  # what the head's blocks held first
             buf += block
@@ -434,14 +448,15 @@ class Pieces:
                     cut := _cut(buf, self.piece_bytes)) is not None:
                 cut_any = True
                 # yielded straight from the call: this frame keeps no reference to the events
-                yield _take(buf, cut.start() + 1, cut.end() - 1)
+                yield self._take(buf, cut)
+                buf = self._rest
         # the last events, the array's end and the part after it: a document of its own. A
         # key given twice counts once, the last time, as in the whole decode; but a second
         # traceEvents array after pieces were cut would replace only the last piece's events
         if cut_any and b'"traceEvents"' in buf:
             raise NotStreamable
         try:
-            tail = _TAIL.decode(b'{"traceEvents":[' + buf)
+            tail = _TAIL.decode(b'{"traceEvents":' + buf)
         except _DECODE_ERRORS:
             raise NotStreamable from None
         for key in ("distributedInfo", "deviceProperties"):
@@ -457,15 +472,6 @@ def _events(doc: _Tail) -> list[Any]:
     return events  # type: ignore[no-any-return]
 
 
-def _take(buf: bytearray, end: int, rest: int) -> list[Any]:
-    """The events of ``buf[:end]`` (whole events of the array, commas between them); the
-    buffer keeps what follows from ``rest`` on."""
-    piece = b"[" + buf[:end] + b"]"
-    del buf[:rest]
-    try:
-        return _EVENTS.decode(piece)  # type: ignore[no-any-return]
-    except _DECODE_ERRORS:
-        raise NotStreamable from None
 
 
 def _cut(buf: bytearray, size: int) -> re.Match[bytes] | None:
