@@ -117,19 +117,23 @@ def run(trace: Path, dest: Path, hw: str, *, serial: bool = False) -> dict:
     return out
 
 
-def fit(n: np.ndarray, r: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least-squares (a, b, c, d) of y = a·N + b·N·R + c·N·S + d, d the fixed cost (imports,
-    the interpreter); relative errors, so small and large runs weigh alike."""
-    x = np.stack([n, n * r, n * s, np.ones_like(n)], axis=1) / y[:, None]
+def _fit(terms: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    """Least-squares coefficients of y = Σ coef·term, in relative errors, so small and large
+    runs weigh alike."""
+    x = np.stack(terms, axis=1) / y[:, None]
     coef, *_ = np.linalg.lstsq(x, np.ones_like(y), rcond=None)
     return coef
+
+
+def fit(n: np.ndarray, r: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(a, b, c, d) of y = a·N + b·N·R + c·N·S + d, d the fixed cost (imports, the
+    interpreter)."""
+    return _fit([n, n * r, n * s, np.ones_like(n)], y)
 
 
 def fit_linear(n: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least-squares (a, d) of y = a·N + d, relative errors as in `fit`."""
-    x = np.stack([n, np.ones_like(n)], axis=1) / y[:, None]
-    coef, *_ = np.linalg.lstsq(x, np.ones_like(y), rcond=None)
-    return coef
+    """(a, d) of y = a·N + d."""
+    return _fit([n, np.ones_like(n)], y)
 
 
 def report_fit(what: str, unit: str, scale: float, n, r, s, y) -> np.ndarray:

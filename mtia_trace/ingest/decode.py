@@ -350,7 +350,7 @@ def json_bytes(path: Path) -> int:
             return 0  # never opened here (a FIFO would block): the read refuses it
         size = st.st_size
         with open(path, "rb") as fh:
-            if fh.read(2) != b"\x1f\x8b" or size < 18:
+            if fh.read(2) != _GZIP or size < 18:
                 return size
             fh.seek(-4, os.SEEK_END)
             # ISIZE is the last member's size mod 2**32: never below the compressed size here
@@ -449,7 +449,7 @@ class Pieces:
                 cut_any = True
                 # yielded straight from the call: this frame keeps no reference to the events
                 yield self._take(buf, cut)
-                buf = self._rest
+                buf, self._rest = self._rest, bytearray()  # the only reference: for the tail
         # the last events, the array's end and the part after it: a document of its own. A
         # key given twice counts once, the last time, as in the whole decode; but a second
         # traceEvents array after pieces were cut would replace only the last piece's events
@@ -470,8 +470,6 @@ def _events(doc: _Tail) -> list[Any]:
     """The events a document held (it keeps none)."""
     events, doc.traceEvents = doc.traceEvents, []
     return events  # type: ignore[no-any-return]
-
-
 
 
 def _cut(buf: bytearray, size: int) -> re.Match[bytes] | None:
