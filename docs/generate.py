@@ -240,6 +240,15 @@ it caps LL128 and tree bandwidth and which NICs a ring reaches), used by every t
 10.5% / 31.4%, and misses without it, 19.9% / 31.4%; A100 v4 48% / 60% with, 50% / 301%
 without); MTIA's latencies and caps (no published table exists to check them).
 
+A published series that isolates the `-g` launch bound agrees with its shape, not its size: on
+a DGX A100 with Ring forced onto one channel, 8-128 B, `-g N` for N = 2..8
+(https://github.com/NVIDIA/nccl-tests/issues/123), the time grows by 3.1-4.4 us per GPU the
+thread drives (10.0 us at N = 2 to 33.7 us at N = 8), where `hw collective a100 --set
+comm.algorithm=ring --set comm.channels=1 --gpus-per-thread N` gives 7.8-28.0 us, 16-24% short;
+the ring's own LL latency grows by only 1.2 us per GPU. The A100 tables' ~45 us floors are
+therefore mostly host launch cost, which differs by host; no constant was taken from this
+series either.
+
 ![Predicted vs measured busbw by size, one panel per published table](collectives_validation.png)
 
 (`python benchmarks/validate_collectives.py ../shared/nccl --figure docs/collectives_validation.png`)
