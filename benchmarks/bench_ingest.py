@@ -20,13 +20,14 @@ Rates are JSON events per second (every event in the file, metadata included) fo
 Wall time is noisy on a shared machine, so CPU time (``process_time``) is printed next to it and
 the ratios use CPU time: of each mode's fastest run, and the median over the rounds of the
 ingest's run over the decode's run of the same round (next to each other in time, so a slow
-spell of the machine hits both). Each process first runs its mode once on each warm-up
-trace (a generated 100-event one and the bundled synthetic rank `WARM_SAMPLE`, whose
-collectives, syncs and launches page in code the real traces use), then resets VmHWM
-(``/proc/self/clear_refs``): one-time costs (library code paged in, lazy imports, first-use
-caches) are printed apart, once, not charged to each file. Peak memory is the
-growth of VmHWM over the RSS after that, against the final table's ``nbytes``. Default inputs: the MTIA, V100 and A100 traces under
-../shared/traces/real/hta (when present) and a generated 1-rank trace of ``--events`` events.
+spell of the machine hits both; the target is judged on this one). Each process first runs its
+mode once on each warm-up trace (a generated 100-event one and the bundled synthetic rank
+`WARM_SAMPLE`, whose collectives, syncs and launches page in code the real traces use), then
+resets VmHWM (``/proc/self/clear_refs``): one-time costs (library code paged in, lazy imports,
+first-use caches) are printed apart, once, not charged to each file. Peak memory is the growth
+of VmHWM over the RSS after that, against the final table's ``nbytes``. Default inputs: the
+MTIA, V100 and A100 traces under ../shared/traces/real/hta (when present) and a generated
+1-rank trace of ``--events`` events.
 """
 
 from __future__ import annotations
@@ -197,10 +198,13 @@ def bench(label: str, path: Path, repeat: int, target: float | None, modes: tupl
     ratio = ing["cpu"] / best["decode"]["cpu"]
     per_round = statistics.median(rounds) if rounds else float("nan")
     mem = ing["peak_mb"] / max(ing["table_mb"], 1e-9)
-    goal = f" (target <= {target:g}x)" if target else ""
-    print(f"  ingest / GC-off decode: {ratio:.2f}x CPU (fastest of each){goal}; "
+    # the verdict reads the median of rounds: a slow spell over every run of one mode moves
+    # the ratio of the fastest runs, not the ratios of runs next to each other in time
+    goal = (f"; target <= {target:g}x: {'met' if per_round <= target else 'missed'} by the "
+            "median of rounds") if target else ""
+    print(f"  ingest / GC-off decode: {ratio:.2f}x CPU (fastest of each); "
           f"{per_round:.2f}x (median over the {len(rounds)} rounds, each the two runs of one "
-          f"round); wall {ing['s'] / best['decode']['s']:.2f}x")
+          f"round){goal}; wall {ing['s'] / best['decode']['s']:.2f}x")
     if "phased" in best:
         print(f"  ingest / its own phased decode: {ing['cpu'] / best['phased']['cpu']:.2f}x CPU "
               f"(the phased decode takes {best['phased']['cpu'] / best['decode']['cpu']:.2f}x "
