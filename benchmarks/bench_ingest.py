@@ -33,13 +33,14 @@ MTIA, V100 and A100 traces under ../shared/traces/real/hta (when present) and a 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from mtia_trace.ingest.decode import json_bytes
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "hta"
 #: (label, path under REAL, the ingest's CPU-time target as a multiple of the decode floor)
@@ -162,8 +163,7 @@ def generate(path: Path, n_events: int) -> None:
 
 def bench(label: str, path: Path, repeat: int, target: float | None, modes: tuple[str, ...],
           warm: list[Path]) -> dict:
-    raw = path.read_bytes()
-    mb = len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
+    mb = json_bytes(path) / 1e6
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     rounds = []  # ingest / decode CPU of the runs of one round: next to each other in time
     for _ in range(repeat):

@@ -417,7 +417,7 @@ class Pieces:
         is copied out, starting with a ``[`` in place of the comma, as `_rest`."""
         comma = buf.index(b",", cut.start(), cut.end())
         buf[comma] = ord("]")
-        self._rest = bytearray(b"[") + buf[comma + 1:]
+        self._rest = bytearray(b"[") + memoryview(buf)[comma + 1:]  # one copy
         try:
             return _EVENTS.decode(memoryview(buf)[:comma + 1])  # type: ignore[no-any-return]
         except _DECODE_ERRORS:
