@@ -134,7 +134,13 @@ per-step latencies by link class and protocol (`comm.*_base_*_us`, `network.*_{l
 NCCL's network post overhead (`comm.post_us`, x3 for Simple) is a *floor* on the in-node steps
 of a multi-node ring, `max(latency, overhead)`, and a per-message post for all-to-all peers.
 Protocol bandwidths: Simple at the link rate, LL at half of it capped at `comm.ll_max*`,
-LL128 at 0.92 of it capped per channel. Targets differ only in named values: `mtia-trace hw show
+LL128 at 0.92 of it capped per channel. A small message runs on fewer of the `comm.channels`
+channels, as NCCL's enqueue runs it (`src/enqueue.cc`, channel tuning): a channel per 512 x 64 B
+of data on Simple, 640 x 8 B on LL128, 512 x 8 B x ranks on ring LL, 640 x 512 B on CollNet
+(threads per channel x bytes per thread: `device.h`, `comm.h`), at that share of the bandwidth
+(`bw / nChannels x nChannels`, tuning.cc up to NCCL 2.21); NVLS keeps its own channels. The
+candidates are compared at that bandwidth (NCCL's tuner compares them at full channels and
+reduces the count afterwards; the two can differ only near a crossover). Targets differ only in named values: `mtia-trace hw show
 mtia300 --vs h100` lists them (link bandwidths, per-step latencies, NVLS, post cost, the engine
 pool). MTIA 300's per-step latencies are NCCL's *network* values for the same protocol
 (assumed: HCCL's are not published), so neither side gets a cheaper protocol.
@@ -160,7 +166,7 @@ reduce_scatter / all_to_all, 1 broadcast):
 $ mtia-trace hw collective h100 --op all_reduce --ranks 16 --ranks-per-node 8 --bytes 1K,64K,1M,16M,256M,4G
      bytes     time_us  algbw_GBps  busbw_GBps  algorithm  protocol  bound
 ----------  ----------  ----------  ----------  ---------  --------  ----------
-      1024      20.458        0.05       0.094  tree       ll        collective
+      1024      21.334       0.048        0.09  tree       ll        collective
      65536      26.001        2.52       4.726  tree       ll        collective
    1048576      51.673      20.292      38.048  tree       ll128     collective
   16777216     134.948     124.323     233.106  nvls_tree  simple    collective
@@ -215,16 +221,16 @@ are a bundled spec as shipped, "match"):
 | coreweave_h100_multinode_allreduce_ibsharp | h100 | 96 | 1 | time_us | 5 | 4.4% | 5.2% | yes | pass |
 | azure_ndh100v5_1node_allreduce_busbw | h100 | 8 | 8 | busbw | 24 | 16.3% | 51.5% | yes | miss |
 | skypilot_coreweave_h200_2node_allreduce | h200 | 16 | 1 | time_us | 5 | 3.9% | 5.3% | yes | pass |
-| skypilot_gcp_a3ultra_h200_2node_allgather | h200 | 16 | 1 | time_us | 24 | 18.8% | 30.3% | yes | miss |
+| skypilot_gcp_a3ultra_h200_2node_allgather | h200 | 16 | 1 | time_us | 24 | 15.2% | 23.8% | yes | miss |
 | azure_ndh200v5_1node_allreduce_busbw | h200 | 8 | 8 | busbw | 24 | 10.5% | 31.4% | yes | pass |
 | stas00_a100_1node_allreduce | a100 | 8 | 8 | time_us | 20 | 24.7% | 55.4% | yes | miss |
 | azure_nda100v4_1node_allreduce_busbw | a100 | 8 | 8 | busbw | 24 | 48.3% | 60.0% | yes | miss |
 | nccltests152_a100_2node_allreduce_after_fix | a100 | 16 | 1 | time_us | 7 | 5.4% | 7.5% | no | - |
 | dstack_gcp_a3mega_2node_allgather | h100 | 16 | 1 | time_us | 11 | 9.3% | 34.7% | no | - |
 | aws_p5_2node_allreduce_eks_partial | h100 | 16 | 1 | time_us | 7 | 37.7% | 67.0% | no | - |
-| aws_p5_2node_allreduce | h100 | 16 | 1 | time_us | 32 | 65.5% | 74.2% | no | - |
+| aws_p5_2node_allreduce | h100 | 16 | 1 | time_us | 32 | 65.5% | 72.6% | no | - |
 | aws_p5en_16node_allreduce_partial | h200 | 128 | 1 | time_us | 3 | 69.9% | 89.9% | no | - |
-| gcp_a3mega_2node_allreduce | h100 | 16 | 1 | time_us | 31 | 81.2% | 84.8% | no | - |
+| gcp_a3mega_2node_allreduce | h100 | 16 | 1 | time_us | 31 | 80.1% | 83.8% | no | - |
 
 Large messages (>= 256 MB) are within a few percent everywhere, NVLS and NVLS-tree included
 (NCCL's NVLS channels at its search steps, e.g. 8 x 40 GB/s x 0.85 x 7/8 x 2 = 476 GB/s busbw
@@ -232,7 +238,8 @@ on 8 H100s against 473-479 measured). The misses are small and mid-size messages
 NCCL's tuning model is faster than what was measured: A100 single-node runs measure ~45 us
 floors where the LL model gives 15 us and the 8-launch bound 28 us, forced NVLS ramps up more
 slowly than 25 us + bytes / bandwidth (H100 and H200 at 1-32 MB: 20-50% below the model's
-busbw), and the EFA (AWS) and TCPXO (GCP A3 Mega) fabrics have 65-125 us small-message
+busbw; the H200 RoCE all-gather across 2 nodes 16-27% slower than the ring's LL128 / Simple
+model at 1-256 MB, 9-12% at >= 512 MB), and the EFA (AWS) and TCPXO (GCP A3 Mega) fabrics have 65-125 us small-message
 floors that NCCL's InfiniBand latencies do not describe. Values chosen without a source
 (labelled assumed in the specs): `comm.channels = 16` (NCCL's channel count varies by system;
 it caps LL128 and tree bandwidth and which NICs a ring reaches), used by every table;

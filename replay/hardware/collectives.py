@@ -58,6 +58,13 @@ bandwidth; ``ll`` at half of it, capped at ``comm.ll_max*``; ``ll128`` at 0.92 o
 bytes carry data), capped at ``channels x comm.ll128_channel_GBps``. Each has its own base and
 per-step latencies (``comm.*_base_*_us``, ``network.*_{ll,ll128,simple}_us``).
 
+Channels at run time: ring, tree and CollNet run a small message on fewer of the
+``comm.channels`` channels, as NCCL's enqueue does (``src/enqueue.cc``, channel tuning: drop a
+channel while bytes < channels x threads x bytes-per-thread), at that share of the bandwidth
+(``bw / nChannels x nChannels``, tuning.cc up to NCCL 2.21; `_run_channels`). The candidates are
+compared at that bandwidth, so the choice is the fastest as the message runs (NCCL's tuner
+compares at full channels and drops them afterwards; the two differ only near a crossover).
+
 Reductions run at the collective's reduction throughput (GPU SMs, MTIA message engines),
 pipelined with the transfer (the slower bound wins); switch reductions (NVLS, CollNet) need none.
 
@@ -94,6 +101,11 @@ _TREE_FRACTION = 0.92         # tree AllReduce busbw refinement
 _TREE_LL_DIVISOR = 3.8        # tree LL
 _NVLS_MAX_ARITY = 32          # NCCL_MAX_NVLS_ARITY (device.h)
 _PLATEAU_MIN_BYTES = 64       # ring Simple plateau: bytes per channel per rank
+#: bytes a channel's threads take before NCCL runs the next channel: threads per channel
+#: (device.h NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS 512 / 640 / 512) x bytes per thread (comm.h
+#: NCCL_*_THREAD_THRESHOLD 8 / 8 / 64; ring LL x nRanks, CollNet 512 x NCCL_MAX_NTHREADS 640)
+_CHANNEL_BYTES = {"ll": 512 * 8, "ll128": 640 * 8, "simple": 512 * 64}
+_COLLNET_CHANNEL_BYTES = 640 * 512
 #: per-channel bandwidth steps of NCCL's SM90 graph search (search.cc sm90SpeedArrayIntra/Inter)
 _SPEEDS_INTRA = np.array([60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0]) * 1e3
 _SPEEDS_INTER = np.array([48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
@@ -281,6 +293,14 @@ def _proto_bw(t: Tuning, b: np.ndarray, proto: str, idx: np.ndarray) -> np.ndarr
     return b
 
 
+def _run_channels(t: Tuning, size: np.ndarray, per_channel: float | np.ndarray) -> np.ndarray:
+    """The share of the ``comm.channels`` a message runs on: NCCL's enqueue drops channels
+    while ``bytes < channels x per_channel`` (enqueue.cc channel tuning) and scales the
+    bandwidth with them (``bw / comm->nChannels x nChannels``, tuning.cc up to 2.21)."""
+    nc = np.clip(np.floor(size / per_channel), 1.0, float(t.channels))
+    return nc / t.channels
+
+
 def _step_down(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """The largest NCCL search step <= x (the smallest step when x is below all of them)."""
     asc = steps[::-1]
@@ -375,6 +395,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             plateau = multi & ar & (size / (t.channels * p) >= _PLATEAU_MIN_BYTES)
             lat = np.where(plateau, lat * t.plateau, lat)
         ok = ~direct
+        algbw = algbw * _run_channels(t, size, _CHANNEL_BYTES[proto] * (p if proto == "ll" else 1))
         cands.append(("ring", proto, np.where(ok, lat + np.maximum(size / algbw, t_red), inf), zero))
         # tree (AllReduce)
         bus = np.minimum(_TREE_FRACTION * b_ring, t.channels * np.take(t.tree_channel, idx))
@@ -386,7 +407,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             bus = np.minimum(bus * 7.0 / 9.0, t.channels * np.take(t.tree_ll128_channel, idx))
         corr = np.where((log_size >= 0) & (log_size < 23),
                         _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
-        algbw = 0.5 * bus * corr
+        algbw = 0.5 * bus * corr * _run_channels(t, size, _CHANNEL_BYTES[proto])
         levels_o = _log2c(N)
         levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
         lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
@@ -434,7 +455,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
         ok = ar & multi & (L > 1)
         cands.append(("nvls_tree", "simple", np.where(ok, lat + size / algbw, inf), zero))
     if t.collnet:
-        algbw = 0.5 * b_ring
+        algbw = 0.5 * b_ring * _run_channels(t, size, _COLLNET_CHANNEL_BYTES)
         lat = 2 * (L - 1) * t.collnet_intra_us + t.collnet_inter_us
         ok = ar & multi
         cands.append(("collnet", "simple", np.where(ok, lat + size / algbw, inf), zero))
