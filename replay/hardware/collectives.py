@@ -64,6 +64,7 @@ channel while bytes < channels x threads x bytes-per-thread), at that share of t
 (``bw / nChannels x nChannels``, tuning.cc up to NCCL 2.21; `_run_channels`). The candidates are
 compared at that bandwidth, so the choice is the fastest as the message runs (NCCL's tuner
 compares at full channels and drops them afterwards; the two differ only near a crossover).
+As in NCCL, time is therefore not monotone in size just below a channel step.
 
 Reductions run at the collective's reduction throughput (GPU SMs, MTIA message engines),
 pipelined with the transfer (the slower bound wins); switch reductions (NVLS, CollNet) need none.
