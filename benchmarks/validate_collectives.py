@@ -6,7 +6,10 @@ the matching spec from the table's own fields (`infer_table`: the bundled spec o
 ``--set`` overrides for the system's NIC count/speed and the algorithm its run forced, and the
 run's nccl-tests ``-g``), predict every row with
 `replay.hardware.collectives.nccl_tests_rows` and print per table the median and 90th
-percentile relative error of ``time_us`` (of ``busbw`` for busbw-only tables). Constants are the
+percentile relative error of ``time_us`` (of ``busbw`` for busbw-only tables), and where it
+misses: the median signed time error by size band (`BANDS`: latency-bound small messages, the
+ramp, bandwidth-bound large ones), negative where the model is faster than the measurement
+(for busbw-only tables the time error is measured / predicted busbw - 1). Constants are the
 specs' (NCCL's tuning model and vendor figures); nothing here is fitted to the rows.
 
     python benchmarks/validate_collectives.py [DIR] [--format table|json] [--figure PNG]
@@ -30,6 +33,8 @@ from replay.hardware import NCCL_TESTS_OPS, load_spec
 from replay.hardware.collectives import nccl_tests_rows, normalize_op
 
 MEDIAN_TARGET, P90_TARGET = 0.15, 0.35
+#: size bands the signed error is summarised over: (label, smallest bytes, bytes past the band)
+BANDS = (("<64K", 0, 64 << 10), ("64K-256M", 64 << 10, 256 << 20), (">=256M", 256 << 20, 1 << 62))
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".." / "shared" / "nccl"
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class Result:
     p90: float
     points: list[dict] = field(default_factory=list)
     gpus_per_thread: int = 1
+    #: median signed time error per `BANDS` label (None: no row in the band)
+    bias: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -172,14 +179,21 @@ def validate_table(path: Path) -> Result | None:
         meas = float(r["time_us"]) if timed else float(r["busbw"])
         got = p.time_us if timed else p.busbw_GBps
         err = abs(got - meas) / meas if meas > 0 else (0.0 if got == 0 else float("inf"))
+        # predicted / measured time - 1 (time is bytes / busbw at a fixed size)
+        signed = (got / meas if timed else meas / got) - 1 if meas > 0 and got > 0 else 0.0
         errs.append(err)
         points.append({"bytes": int(r["bytes"]), "measured": meas, "predicted": got,
                        "measured_busbw": float(r["busbw"]) if r.get("busbw") is not None else None,
                        "predicted_busbw": p.busbw_GBps, "algorithm": p.algorithm,
-                       "protocol": p.protocol, "bound": p.bound, "rel_error": err})
+                       "protocol": p.protocol, "bound": p.bound, "rel_error": err,
+                       "time_error": signed})
     e = np.array(errs) if errs else np.zeros(1)
+    bias = {}
+    for label, lo, hi in BANDS:
+        band = [q["time_error"] for q in points if lo <= q["bytes"] < hi]
+        bias[label] = float(np.median(band)) if band else None
     return Result(path.stem, table.spec, table.sets, op, ranks, metric, table.match, len(rows),
-                  float(np.median(e)), float(np.percentile(e, 90)), points, g)
+                  float(np.median(e)), float(np.percentile(e, 90)), points, g, bias)
 
 
 def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
@@ -195,14 +209,19 @@ def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
 
 
 def render(results: list[Result]) -> str:
+    bands = "".join(f" {label:>8}" for label, _, _ in BANDS)
     head = f"{'table':<46} {'spec':<6} {'ranks':>5} {'metric':<7} {'n':>3} {'median':>7} " \
-           f"{'p90':>7}  {'match':<5} {'target':<6} {'-g':>2} sets"
+           f"{'p90':>7}  {'match':<5} {'target':<6} {'-g':>2}{bands}  sets"
     lines = [head, "-" * len(head)]
     for r in results:
         verdict = ("pass" if r.passed else "MISS") if r.match else "-"
+        bias = "".join(f" {'-' if (b := r.bias.get(label)) is None else f'{b:+.0%}':>8}"
+                       for label, _, _ in BANDS)
         lines.append(f"{r.name:<46} {r.spec:<6} {r.ranks:>5} {r.metric:<7} {r.rows:>3} "
                      f"{r.median:>7.1%} {r.p90:>7.1%}  {'yes' if r.match else 'no':<5} "
-                     f"{verdict:<6} {r.gpus_per_thread:>2} {' '.join(r.sets)}")
+                     f"{verdict:<6} {r.gpus_per_thread:>2}{bias}  {' '.join(r.sets)}")
+    lines.append(f"{'':<46} time error by size (median of predicted / measured time - 1; "
+                 "negative: the model is faster)")
     return "\n".join(lines)
 
 

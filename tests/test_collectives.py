@@ -404,6 +404,27 @@ def test_mixed_tables_price_each_row_as_its_own_collective(tmp_path: Path) -> No
     assert [p["predicted"] for p in r.points] == pytest.approx(want)
 
 
+def test_time_error_by_size_band_has_the_sign_of_the_miss(tmp_path: Path) -> None:
+    """A table measured 2x the model's time on small messages and 0.8x on large ones: the small
+    band reads -50% (the model is faster), the large +25%, the empty middle band nothing; a
+    busbw-only table's error is turned into time the same way."""
+    spec = load_spec("h100")
+    small, large = 4096, GB
+    t_small, t_large = (nccl_tests_rows(spec, "all_reduce", 8, [s])[0] for s in (small, large))
+    rows = [{"bytes": small, "time_us": 2 * t_small.time_us},
+            {"bytes": large, "time_us": 0.8 * t_large.time_us}]
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps(_doc("H100", nodes=1, rows=rows)))
+    r = vc.validate_table(path)
+    assert r is not None
+    assert r.bias == pytest.approx({"<64K": -0.5, "64K-256M": None, ">=256M": 0.25})
+    rows = [{"bytes": small, "busbw": t_small.busbw_GBps / 2}]  # half the busbw: twice the time
+    path.write_bytes(orjson.dumps(_doc("H100", nodes=1, rows=rows)))
+    r = vc.validate_table(path)
+    assert r is not None and r.metric == "busbw" and r.bias["<64K"] == pytest.approx(-0.5)
+    assert "-50%" in vc.render([r]).splitlines()[2]
+
+
 @pytest.mark.skipif(not TABLES, reason="published nccl-tests tables (../shared/nccl) absent")
 def test_every_shared_table_has_a_spec() -> None:
     results, skipped = vc.validate_dir(NCCL_DIR)
