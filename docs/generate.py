@@ -135,9 +135,10 @@ NCCL's network post overhead (`comm.post_us`, x3 for Simple) is a *floor* on the
 of a multi-node ring, `max(latency, overhead)`, and a per-message post for all-to-all peers.
 Protocol bandwidths: Simple at the link rate, LL at half of it capped at `comm.ll_max*`,
 LL128 at 0.92 of it capped per channel. A small message runs on fewer of the `comm.channels`
-channels, as NCCL's enqueue runs it (`src/enqueue.cc`, channel tuning): a channel per 512 x 64 B
-of data on Simple, 640 x 8 B on LL128, 512 x 8 B x ranks on ring LL, 640 x 512 B on CollNet
-(threads per channel x bytes per thread: `device.h`, `comm.h`), at that share of the bandwidth
+channels, as NCCL's enqueue runs it (`src/enqueue.cc`, channel tuning): a channel per
+`comm.channel_{simple,ll128,ll}_bytes` of data (NCCL's threads per channel x bytes per thread,
+`device.h`, `comm.h`: 512 x 64 B Simple, 640 x 8 B LL128, 512 x 8 B LL, x the ranks on ring LL;
+assumed the same for HCCL, whose split is not published), 640 x 512 B on CollNet, at that share of the bandwidth
 (`bw / nChannels x nChannels`, tuning.cc up to NCCL 2.21); NVLS keeps its own channels. The
 candidates are compared at that bandwidth (NCCL's tuner compares them at full channels and
 reduces the count afterwards; the two can differ only near a crossover). So, as in NCCL, time is

@@ -69,8 +69,8 @@ CASES = [
     ("tree", "simple", 16, GB, 8.4 + 2 * (3 * 4.0 + 1 * 14.0)
      + GB / (0.5 * min(0.92 * B, 16 * 38700.0) * 1.0)),
     # small messages run on fewer of the 16 channels (NCCL's enqueue: a channel per
-    # threads x bytes-per-thread), at that share of the bandwidth. Ring LL: 512 x 8 B x 8 ranks
-    # = 32 KiB per channel, so 64 KiB runs on 2
+    # comm.channel_*_bytes, threads x bytes per thread), at that share of the bandwidth. Ring LL:
+    # 512 x 8 B x 8 ranks = 32 KiB per channel, so 64 KiB runs on 2
     ("ring", "ll", 8, 64 * 1024, 6.6 + 14 * 0.6
      + 64 * 1024 / (min(141000.0, 0.5 * B) * 8 / 14 * 2 / 16)),
     # ring Simple: 512 x 64 B = 32 KiB per channel, so 256 KiB runs on 8

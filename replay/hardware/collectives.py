@@ -60,7 +60,8 @@ per-step latencies (``comm.*_base_*_us``, ``network.*_{ll,ll128,simple}_us``).
 
 Channels at run time: ring, tree and CollNet run a small message on fewer of the
 ``comm.channels`` channels, as NCCL's enqueue does (``src/enqueue.cc``, channel tuning: drop a
-channel while bytes < channels x threads x bytes-per-thread), at that share of the bandwidth
+channel while bytes < channels x ``comm.channel_{protocol}_bytes``, NCCL's threads x bytes per
+thread; x the ranks for ring LL), at that share of the bandwidth
 (``bw / nChannels x nChannels``, tuning.cc up to NCCL 2.21; `_run_channels`). The candidates are
 compared at that bandwidth, so the choice is the fastest as the message runs (NCCL's tuner
 compares at full channels and drops them afterwards; the two differ only near a crossover).
@@ -102,10 +103,9 @@ _TREE_FRACTION = 0.92         # tree AllReduce busbw refinement
 _TREE_LL_DIVISOR = 3.8        # tree LL
 _NVLS_MAX_ARITY = 32          # NCCL_MAX_NVLS_ARITY (device.h)
 _PLATEAU_MIN_BYTES = 64       # ring Simple plateau: bytes per channel per rank
-#: bytes a channel's threads take before NCCL runs the next channel: threads per channel
-#: (device.h NCCL_{LL,LL128,SIMPLE}_MAX_NTHREADS 512 / 640 / 512) x bytes per thread (comm.h
-#: NCCL_*_THREAD_THRESHOLD 8 / 8 / 64; ring LL x nRanks, CollNet 512 x NCCL_MAX_NTHREADS 640)
-_CHANNEL_BYTES = {"ll": 512 * 8, "ll128": 640 * 8, "simple": 512 * 64}
+#: bytes a CollNet channel takes before NCCL runs another: NCCL_MAX_NTHREADS 640 (device.h) x
+#: 512 B per thread (tuning.cc threadThresholds); the other algorithms' are spec values
+#: (``comm.channel_*_bytes``)
 _COLLNET_CHANNEL_BYTES = 640 * 512
 #: per-channel bandwidth steps of NCCL's SM90 graph search (search.cc sm90SpeedArrayIntra/Inter)
 _SPEEDS_INTRA = np.array([60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0]) * 1e3
@@ -190,6 +190,7 @@ class Tuning:
     b_intra: float            # per-rank in-node / in-rack bandwidth, efficiency applied
     b_nic: float              # per-rank NIC / cross-rack bandwidth, efficiency applied
     channels: int
+    channel_bytes: dict[str, float]       # protocol -> bytes a channel takes (ring LL: x ranks)
     base: dict[tuple[str, str], float]    # (ring|tree, protocol) -> us
     intra: dict[tuple[str, str], float]   # per-step latency in a node
     inter: dict[tuple[str, str], float]   # per-step latency across nodes
@@ -238,6 +239,7 @@ class Tuning:
             b_intra=gb("network.intra_node_GBps") * f("comm.intra_efficiency"),
             b_nic=gb("network.inter_node_GBps") * f("comm.inter_efficiency"),
             channels=max(int(v("comm.channels")), 1),  # type: ignore[call-overload]
+            channel_bytes={p: f(f"comm.channel_{p}_bytes") for p in PROTOCOLS},
             base=per("comm.{a}_base"), intra=per("network.intra_{a}"),
             inter=per("network.inter_{a}"),
             ll_max=caps("comm.ll_max_1node_GBps", "comm.ll_max_2node_GBps",
@@ -396,7 +398,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             plateau = multi & ar & (size / (t.channels * p) >= _PLATEAU_MIN_BYTES)
             lat = np.where(plateau, lat * t.plateau, lat)
         ok = ~direct
-        algbw = algbw * _run_channels(t, size, _CHANNEL_BYTES[proto] * (p if proto == "ll" else 1))
+        algbw = algbw * _run_channels(t, size, t.channel_bytes[proto] * (p if proto == "ll" else 1))
         cands.append(("ring", proto, np.where(ok, lat + np.maximum(size / algbw, t_red), inf), zero))
         # tree (AllReduce)
         bus = np.minimum(_TREE_FRACTION * b_ring, t.channels * np.take(t.tree_channel, idx))
@@ -408,7 +410,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             bus = np.minimum(bus * 7.0 / 9.0, t.channels * np.take(t.tree_ll128_channel, idx))
         corr = np.where((log_size >= 0) & (log_size < 23),
                         _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
-        algbw = 0.5 * bus * corr * _run_channels(t, size, _CHANNEL_BYTES[proto])
+        algbw = 0.5 * bus * corr * _run_channels(t, size, t.channel_bytes[proto])
         levels_o = _log2c(N)
         levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
         lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
@@ -549,7 +551,8 @@ def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int],
 #: spec keys the collective model reads beyond the per-protocol latencies (for `hw show --vs`)
 _MODEL_KEYS = ("network.ranks_per_node", "network.intra_node_GBps", "network.inter_node_GBps",
                "network.intra_node_via_nic", "comm.intra_efficiency", "comm.inter_efficiency",
-               "comm.post_us", "comm.channels", "comm.path", "comm.reduction_GBps",
+               "comm.post_us", "comm.channels", "comm.channel_ll_bytes",
+               "comm.channel_ll128_bytes", "comm.channel_simple_bytes", "comm.path", "comm.reduction_GBps",
                "comm.message_engines", "comm.engines_per_collective",
                "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.collnet",
                "comm.link_sharing")

@@ -63,6 +63,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     *(f"comm.{a}_base_{p}_us" for a in ("ring", "tree") for p in ("ll", "ll128", "simple")),
     "comm.post_us",
     "comm.channels",
+    *(f"comm.channel_{p}_bytes" for p in ("ll", "ll128", "simple")),
     "comm.ll_max_1node_GBps",
     "comm.ll_max_2node_GBps",
     "comm.ll_max_GBps",
