@@ -131,6 +131,15 @@ class _Builder:
         return self.leaf(name, dims, Kernel(_GEMM[self.dt], "gemm", _arr(fl, self.R),
                                             _arr(nb, self.R)), flops=fl)
 
+    def bmm(self, a: list[int], b: list[int]) -> Leaf:
+        """``aten::bmm`` of ``a`` [batch, m, k] and ``b`` [batch, k, n]: priced on the operands
+        and the [batch, m, n] result its shapes record."""
+        (bt, m, k), n = a, b[2]
+        fl = 2.0 * bt * m * k * n
+        nb = bt * (m * k + k * n + m * n) * self.s
+        return self.leaf("aten::bmm", [a, b], Kernel(_GEMM[self.dt], "gemm", _arr(fl, self.R),
+                                                     _arr(nb, self.R)), flops=fl)
+
     def elem(self, name: str, functor: str, shape: list[int], inputs: int = 1) -> Leaf:
         n = float(np.prod(shape))
         nb = n * self.s * (inputs + 1)
@@ -220,11 +229,7 @@ class _Builder:
         else:
             f = n_t + 1
             add(Op((), [self.elem("aten::cat", "CatArrayBatchedCopy", [self.b, f, d_out], 2)]),
-                Op(("aten::matmul",), [self.leaf("aten::bmm", [[self.b, f, d_out], [self.b, d_out, f]],
-                                                 Kernel(_GEMM[self.dt], "gemm",
-                                                        _arr(2.0 * self.b * f * f * d_out, self.R),
-                                                        _arr(self.b * f * (2 * d_out + f) * self.s, self.R)),
-                                                 flops=2.0 * self.b * f * f * d_out)]),
+                Op(("aten::matmul",), [self.bmm([self.b, f, d_out], [self.b, d_out, f])]),
                 Op((), [self.elem("aten::index", "index_kernel_impl", [self.b, f * (f - 1) // 2])]),
                 Op((), [self.elem("aten::cat", "CatArrayBatchedCopy", [self.b, m.interaction_width], 2)]))
         tops = [(i, o) for g, i, o in m.dense_layers() if g == "top"]
@@ -269,11 +274,11 @@ class _Builder:
             f, d = len(m.tables) + 1, m.bottom_mlp[-1]
             add(Op(("autograd::engine::evaluate_function: IndexBackward0", "IndexBackward0"),
                    [self.elem("aten::index_put_", "index_put_kernel_impl", [self.b, f * (f - 1) // 2])]),
+                # Z = bmm(A [b,f,d], B [b,d,f]): the gradients of A and of B are one bmm each
+                # (PyTorch's BmmBackward0), each recorded with its own operands' shapes
                 Op(("autograd::engine::evaluate_function: BmmBackward0", "BmmBackward0"),
-                   [self.leaf("aten::bmm", [[self.b, f, f], [self.b, f, d]],
-                              Kernel(_GEMM[self.dt], "gemm", _arr(4.0 * self.b * f * f * d, self.R),
-                                     _arr(self.b * f * (2 * d + f) * self.s * 2, self.R)),
-                              flops=4.0 * self.b * f * f * d)]))
+                   [self.bmm([self.b, f, f], [self.b, f, d]),
+                    self.bmm([self.b, d, f], [self.b, f, f])]))
         if p.bwd_output:
             add(Comm(p.bwd_output[0]))
         bottoms = [(i, o) for g, i, o in layers if g == "bottom"]
