@@ -287,7 +287,7 @@ derivation. Result (error: predicted / measured step time - 1; negative: the mod
 | MLPerf v3.0 DGX H100, 1 node | h100 | 8 | tw (preset) | 3.808 | 5.512 | +44.8% | peer wait 2,187, fetch 2,007, compute 848 |
 | same run | h100 | 8 | rw | 3.808 | 5.218 | +37.0% | fetch 2,331, collective 1,991, compute 830 |
 | same run | h100 | 8 | twrw | 3.808 | 5.200 | +36.5% | fetch 2,317, collective 1,867, compute 902 |
-| MLPerf v3.0 DGX H100, 8 nodes | h100 | 64 | twrw | 2.948 | 3.515 | +19.2% | collective 1,416, fetch 804, peer wait 571 |
+| MLPerf v3.0 DGX H100, 8 nodes | h100 | 64 | twrw | 2.948 | 3.513 | +19.2% | collective 1,416, fetch 804, peer wait 569 |
 | DLE TF2 DLRM, 1 A100, TF32 | a100 | 1 | - | 23.076 | 18.821 | -18.4% | fetch 10,518, compute 8,284 |
 | DLE TF2 DLRM, 1 A100, AMP | a100 | 1 | - | 14.404 | 9.764 | -32.2% | fetch 5,596, compute 4,150 |
 | DLE TF2 DLRM, 8 A100, TF32 | a100 | 8 | tw | 6.012 | 3.409 | -43.3% | fetch 1,158, compute 981, collective 936 |

@@ -4,7 +4,8 @@ Kernels: roofline, ``max(flops / (peak * eff), bytes / (hbm * eff_mem))``, embed
 the spec's random-access efficiency. Collectives: the replay's own alpha-beta model
 (`replay.hardware.collectives.collective_costs`, HARDWARE.md 2.4) on the bytes, group and
 placement the trace records for each rank, plus the NIC post cost it charges; each rank's
-collectives hold its link pool the way the replay's cost model does (``comm.link_sharing``).
+collectives hold the pool of the links they cross (in-node links or NICs; message engines when
+offloaded) the way the replay's cost model does (``comm.link_sharing``).
 Compute kernels overlapping communication on their rank are stretched by the replay model's
 overlap slowdown (``1 + s x f``, `timeline.overlap_stretch`). So a synthetic trace replayed on
 its ``--source-hw`` matches the as-measured replay up to the jitter. Host costs (dispatch,
@@ -24,7 +25,7 @@ from mtia_trace.ingest.shapes import dtype_size
 from mtia_trace.synth.sharding import Collective
 from replay.hardware import collectives as coll_mod
 from replay.hardware import load_spec
-from replay.hardware.model import HardwareModel
+from replay.hardware.model import POOL_CLASSES, HardwareModel, pool_class
 
 #: Assumed host-side costs of a PyTorch eager step (Python + dispatcher), in us.
 HOST_OP_US = 6.0          # per aten op level (dispatch before its first launch)
@@ -89,6 +90,9 @@ class SourceHardware:
     #: gets (``split`` link sharing), as `replay.hardware.model.HardwareModel` sets them
     pool_capacity: int = 1
     link_share: int = 1
+    #: the replay model's pool kind (`replay.hardware.model.POOL_CLASSES`): one pool per rank
+    #: (``engines``) or one per link class (``links``: in-node links and NICs)
+    pool_kind: str = "links"
     #: the replay model's overlap slowdown ``s`` of this hardware: compute overlapping
     #: communication on its rank runs ``1 + s x (overlapped fraction)`` times longer
     overlap_slowdown: float = 0.0
@@ -115,6 +119,7 @@ class SourceHardware:
             spec=spec,
             pool_capacity=cap,
             link_share=cap if model.link_sharing() == "split" else 1,
+            pool_kind=model.pool_kind(),
             overlap_slowdown=float(model.overlap_slowdown()),
         )
 
@@ -129,6 +134,19 @@ class SourceHardware:
         else:
             t = np.maximum(flops / (self.peak_fp32 * self.eff_other), nbytes / self.hbm)
         return np.maximum(t, MIN_KERNEL_US)
+
+    @property
+    def pool_classes(self) -> int:
+        return len(POOL_CLASSES[self.pool_kind])
+
+    def collective_pool(self, c: Collective, pg_ranks: list[str]) -> np.ndarray:
+        """Per rank: the pool class its part of ``c`` holds, as the replay's cost model
+        assigns it from the placement the trace records (`replay.hardware.model.pool_class`)."""
+        rank = np.arange(len(c.groups.gid))
+        _, local, nodes = coll_mod.placement(pa.array(pg_ranks, pa.string()), rank,
+                                             self.ranks_per_node)
+        return pool_class(self.pool_kind, np.full(len(rank), c.groups.size), local, nodes,
+                          self.ranks_per_node)
 
     def collective_us(self, c: Collective, pg_ranks: list[str]) -> np.ndarray:
         """Per rank: transfer time (latency included) plus NIC post cost of one collective once

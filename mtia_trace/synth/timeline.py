@@ -6,8 +6,9 @@ microsecond timestamps (3 decimals):
 - a device event starts at ``max(its runtime call's end, the previous event on its stream)``;
 - a ``Stream Wait Event`` (cuda_sync) occupies its stream until the recorded event has fired;
 - a collective kernel starts when its rank arrives; its transfer starts when the last member of
-  its process group has arrived and every member has a free slot in its link pool (the
-  collectives of a rank share its links, as in the replay's cost model), and it ends on each
+  its process group has arrived and every member has a free slot in the pool of the links it
+  crosses (in-node links or NICs, or the message engines of an offloaded target: the replay
+  cost model's pools, `replay.hardware.model.pool_class`), and it ends on each
   rank at that start plus the rank's cost (`costing.SourceHardware.collective_us`);
 - ``cudaDeviceSynchronize`` ends when every stream of the device is idle.
 
@@ -100,9 +101,10 @@ class Timeline:
         self.seq: dict[str, int] = {}
         self.next_id = 1
         self.recs: list[Rec] = []
-        self._coll_cache: dict[int, tuple[np.ndarray, list[dict]]] = {}
-        #: per rank, when each slot of its collective link pool is free again
-        self.link = np.full((ranks, max(hw.pool_capacity, 1)), T0_NS, np.int64)
+        self._coll_cache: dict[int, tuple[np.ndarray, np.ndarray, list[dict]]] = {}
+        #: per rank and pool class (in-node links / NICs, or message engines), when each slot
+        #: of that collective pool is free again
+        self.link = np.full((ranks, hw.pool_classes, max(hw.pool_capacity, 1)), T0_NS, np.int64)
 
     # -- helpers ------------------------------------------------------------------------------
     def _id(self) -> int:
@@ -200,7 +202,7 @@ class Timeline:
         g = c.groups
         stream = COMM_STREAM[g.kind]
         seq = self.seq[g.kind] = self.seq.get(g.kind, 0) + 1
-        transfer_us, per_rank_args = self._coll_static(c)
+        transfer_us, pool, per_rank_args = self._coll_static(c)
         outer_start, outer_ext = self.h.copy(), self._id()
         self.h = self.h + self._host(self.host.op)
         rpc_start, rpc_ext = self.h.copy(), self._id()
@@ -211,14 +213,15 @@ class Timeline:
         ann_start, ann_ext = self.h.copy(), self._id()
         corr, c0, c1 = self._runtime("cudaLaunchKernel", ann_ext)
         arrive = np.maximum(c1, self._stream(stream))
-        # the transfer starts once every member has arrived and has a free slot in its link
-        # pool; each rank then takes its own cost (the kernel spans the wait and the transfer)
+        # the transfer starts once every member has arrived and has a free slot in the pool
+        # of the links it crosses; each rank then takes its own cost (the kernel spans the
+        # wait and the transfer)
         rows = np.arange(self.R)
-        slot = np.argmin(self.link, axis=1)
-        start = self._group_max(np.maximum(arrive, self.link[rows, slot]), g)
+        slot = np.argmin(self.link[rows, pool], axis=1)
+        start = self._group_max(np.maximum(arrive, self.link[rows, pool, slot]), g)
         jit = self.rng.lognormal(0.0, C.DEVICE_JITTER, self.R)
         end = start + np.rint(transfer_us * 1e3 * jit).astype(np.int64)
-        self.link[rows, slot] = end
+        self.link[rows, pool, slot] = end
         self.free[stream] = end
         name = _NCCL_KERNEL[c.op].format(t=_NCCL_TYPE.get(c.dtype, "f32"))
         kargs = [dict(a, queued=0, context=1, stream=stream) for a in per_rank_args]
@@ -243,7 +246,7 @@ class Timeline:
                               for a in per_rank_args]))
         self.h = self.h + self._host(self.host.gap)
 
-    def _coll_static(self, c: Collective) -> tuple[np.ndarray, list[dict]]:
+    def _coll_static(self, c: Collective) -> tuple[np.ndarray, np.ndarray, list[dict]]:
         key = id(c)
         if key not in self._coll_cache:
             g = c.groups
@@ -262,8 +265,9 @@ class Timeline:
                 recv = c.matrix[np.stack(g.members)[g.gid], _pos(g)[:, None]]
                 for r in range(self.R):
                     args[r]["Out split size"] = fmt_list(recv[r])
-            self._coll_cache[key] = (
-                self.hw.collective_us(c, [a["Process Group Ranks"] for a in args]), args)
+            pg_ranks = [a["Process Group Ranks"] for a in args]
+            self._coll_cache[key] = (self.hw.collective_us(c, pg_ranks),
+                                     self.hw.collective_pool(c, pg_ranks), args)
         return self._coll_cache[key]
 
     def wait(self, w: Wait) -> None:

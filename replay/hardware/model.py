@@ -76,6 +76,20 @@ from replay.hardware.spec import (
 MODES = ("auto", "roofline", "scaled")
 #: the pools of one rank a collective can hold, by `HardwareModel.pool_kind`
 POOL_CLASSES = {"links": ("in-node links", "NICs"), "engines": ("message engines",)}
+
+
+def pool_class(pool_kind: str, group: np.ndarray, local: np.ndarray, nodes: np.ndarray,
+               ranks_per_node: int) -> np.ndarray:
+    """Index into ``POOL_CLASSES[pool_kind]`` of the pool each collective holds: its rank's
+    message engines (``engines``: one pool), else the link class it crosses (``links``: the
+    in-node links, or the NICs once the group spans nodes). ``local`` / ``nodes`` are
+    `collectives.placement`'s (0 where the group's ranks are unknown: taken as contiguous)."""
+    if len(POOL_CLASSES[pool_kind]) == 1:
+        return np.zeros(len(group), dtype=np.int64)
+    p = np.maximum(np.asarray(group, dtype=np.float64), 1.0)
+    L, N = np.asarray(local), np.asarray(nodes)
+    spans = np.where((L > 0) & (N > 0), N, np.ceil(p / np.minimum(p, ranks_per_node))) > 1
+    return spans.astype(np.int64)
 #: passes of the inverse that takes the source's interference out of measured work
 _INVERSE_PASSES = 3
 #: device work the model prices (computation by the roofline, copies by their links)
@@ -441,13 +455,8 @@ class HardwareModel:
         costs.retry_us[sel] = retry[known]
         notes["retry_own_us"] = float(own.sum())
         notes["retry_from_peers_us"] = float((retry - own).sum())
-        # the pool a collective holds: its rank's message engines (offloaded), else the link
-        # class it crosses (in-node links, or the NICs once the group spans nodes)
         rpn = int(self.spec.value("network.ranks_per_node"))  # type: ignore[call-overload]
-        L, N = comm.local, comm.nodes
-        p_ev = np.maximum(comm.group.astype(np.float64), 1.0)
-        spans = np.where((L > 0) & (N > 0), N, np.ceil(p_ev / np.minimum(p_ev, rpn))) > 1
-        cls = np.zeros(len(idx), dtype=np.int64) if classes == 1 else spans.astype(np.int64)
+        cls = pool_class(self.pool_kind(), comm.group, comm.local, comm.nodes, rpn)
         costs.resource[sel] = (rank[sel] * classes + cls[known]).astype(np.int32)
         chosen = [f"{a}/{p}" for a, p in zip(np.array(coll_mod.ALGORITHMS)[c.algorithm[known]],
                                              np.array(coll_mod.PROTOCOLS)[c.protocol[known]])]
