@@ -33,7 +33,9 @@ def _trace(*names: str, ev=None) -> SimpleNamespace:  # noqa: ANN001
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 SXM cluster", "h100"),
     ("NVIDIA H200", "h200"), ("Meta MTIA 300", "mtia300"), ("MTIA300", "mtia300"),
     ("ARTEMIS", "mtia200"), ("Meta MTIA 200 (MTIA v2 / 2i, inference, for context)", "mtia200"),
-    ("NVIDIA A100-SXM4-80GB", None), ("AMD Radeon Graphics", None), ("", None),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA A100-PG509-200", "a100"),
+    ("NVIDIA DGX A100", "a100"),  # what `synth --source-hw a100` declares
+    ("Tesla V100-SXM2-32GB", None), ("AMD Radeon Graphics", None), ("", None),
 ])
 def test_spec_for_device(name: str, spec: str | None) -> None:
     assert spec_for_device(name) == spec
@@ -43,9 +45,9 @@ def test_detect_source_unique_or_none() -> None:
     assert detect_source(_trace("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")) == "h100"
     assert detect_source(_trace("NVIDIA H100 80GB HBM3", "Meta MTIA 300")) is None  # mixed
     assert detect_source(_trace()) is None
-    src, why = resolve_source(_trace("NVIDIA A100-SXM4-80GB"))
-    assert src is None and "A100" in why and "--source-hw" in why
-    assert resolve_source(_trace("NVIDIA A100-SXM4-80GB"), "h100") == ("h100", "--source-hw h100")
+    src, why = resolve_source(_trace("Tesla V100-SXM2-32GB"))
+    assert src is None and "V100" in why and "--source-hw" in why
+    assert resolve_source(_trace("Tesla V100-SXM2-32GB"), "h100") == ("h100", "--source-hw h100")
 
 
 def test_bundled_synth_sample_declares_h100() -> None:
@@ -101,3 +103,13 @@ def test_strided_group_goes_over_the_nics() -> None:
     assert c.collective_us[1] == pytest.approx(0.75 * 8e6 / 1e5)   # NVLink at 100 GB/s
     assert c.collective_us[2] == c.collective_us[1]                 # no list: contiguous
     assert c.notes["group_placement"] == {"from_pg_ranks": 2, "assumed_contiguous": 1}
+
+
+def test_every_bundled_spec_detects_from_what_synth_declares() -> None:
+    # `synth --source-hw NAME` writes the head of the spec's description as the device name;
+    # a bundled spec that detection does not map back to silently loses scaled costing
+    from replay.hardware import list_specs, load_spec
+
+    for name in list_specs():
+        head = str(load_spec(name).description).split(":")[0]
+        assert spec_for_device(head) == name, (name, head)
