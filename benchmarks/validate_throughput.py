@@ -166,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [predict(p, Path(tmp)) for p in points]
+        rows = []
+        for i, p in enumerate(points, 1):
+            print(f"[{i}/{len(points)}] {p.name}: synth + replay on {p.hw}", file=sys.stderr)
+            rows.append(predict(p, Path(tmp)))
     if a.format == "json":
         print(json.dumps(rows, indent=1))
         return 0
