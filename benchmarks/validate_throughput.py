@@ -54,6 +54,8 @@ DLE_ROWS = {
            11316796, 40094537, 452104, 12607, 105, 36, 7414, 20244, 4, 7115, 1442, 63, 29275261),
 }
 DLE_ZIPF = 1.45
+#: DeepLearningExamples' global batch: dlrm.py's default ``batch_size`` 64 * 1024
+DLE_BATCH = 65536
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,13 @@ def _mlperf(name: str, folder: str, ranks: int, batch: int, interval_ms: float, 
 
 
 def _dle(name: str, tables: str, ranks: int, dtype: str, samples_per_s: float) -> Point:
-    model = {"name": name, "batch": 65536, "bottom_mlp": [512, 256, 128],
+    model = {"name": name, "batch": DLE_BATCH, "bottom_mlp": [512, 256, 128],
              "top_mlp": [1024, 1024, 512, 256, 1], "interaction": "dot", "dtype": dtype,
              "emb_dtype": "fp32", "ranks": ranks, "sharding": "tw",
              "tables": [{"rows": r, "dim": 128, "pooling": 1} for r in DLE_ROWS[tables]]}
     precision = "TF32" if dtype == "fp32" else "mixed precision"
-    return Point(name, "a100", ranks, 65536, 65536 / samples_per_s * 1e3,
-                 f"{DLE}doc/DLRM.md: {ranks} GPU(s), {tables} tables, batch {65536 // ranks}"
+    return Point(name, "a100", ranks, DLE_BATCH, DLE_BATCH / samples_per_s * 1e3,
+                 f"{DLE}doc/DLRM.md: {ranks} GPU(s), {tables} tables, batch {DLE_BATCH // ranks}"
                  f" per GPU, {precision}: {samples_per_s / 1e6:g}M samples/s",
                  model=model, zipf=DLE_ZIPF)
 

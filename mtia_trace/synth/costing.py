@@ -139,29 +139,22 @@ class SourceHardware:
     def pool_classes(self) -> int:
         return len(POOL_CLASSES[self.pool_kind])
 
-    def collective_pool(self, c: Collective, pg_ranks: list[str]) -> np.ndarray:
-        """Per rank: the pool class its part of ``c`` holds, as the replay's cost model
-        assigns it from the placement the trace records (`replay.hardware.model.pool_class`)."""
-        rank = np.arange(len(c.groups.gid))
-        _, local, nodes = coll_mod.placement(pa.array(pg_ranks, pa.string()), rank,
-                                             self.ranks_per_node)
-        return pool_class(self.pool_kind, np.full(len(rank), c.groups.size), local, nodes,
-                          self.ranks_per_node)
-
-    def collective_us(self, c: Collective, pg_ranks: list[str]) -> np.ndarray:
-        """Per rank: transfer time (latency included) plus NIC post cost of one collective once
-        its group has arrived, as the replay's cost model prices the event the trace records:
-        op from the ``Collective name``, bytes from ``In/Out msg nelems`` x ``dtype``, group size,
-        and placement from ``Process Group Ranks`` (``pg_ranks``, as written)."""
+    def collective(self, c: Collective, pg_ranks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank: (transfer time, latency included, plus NIC post cost of one collective
+        once its group has arrived; the pool class its part holds), as the replay's cost model
+        prices and places the event the trace records: op from the ``Collective name``, bytes
+        from ``In/Out msg nelems`` x ``dtype``, group size, and placement from ``Process Group
+        Ranks`` (``pg_ranks``, as written; `replay.hardware.model.pool_class`)."""
         R = len(c.groups.gid)
         op_name = coll_mod.normalize_op(coll_op_of("c10d::" + c.op) or c.op)
         op = np.full(R, coll_mod.OPS.index(op_name))
         size = float(dtype_size(c.dtype))
-        rank = np.arange(R)
-        _, local, nodes = coll_mod.placement(pa.array(pg_ranks, pa.string()), rank,
+        group = np.full(R, c.groups.size)
+        _, local, nodes = coll_mod.placement(pa.array(pg_ranks, pa.string()), np.arange(R),
                                              self.ranks_per_node)
         cost = coll_mod.collective_costs(
             self.spec, op, np.asarray(c.in_nelems, float) * size,  # type: ignore[arg-type]
-            np.asarray(c.out_nelems, float) * size, np.full(R, c.groups.size), local=local,
-            nodes=nodes, share=self.link_share)
-        return cost.collective_us + cost.post_us
+            np.asarray(c.out_nelems, float) * size, group, local=local, nodes=nodes,
+            share=self.link_share)
+        pool = pool_class(self.pool_kind, group, local, nodes, self.ranks_per_node)
+        return cost.collective_us + cost.post_us, pool

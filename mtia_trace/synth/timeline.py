@@ -9,7 +9,7 @@ microsecond timestamps (3 decimals):
   its process group has arrived and every member has a free slot in the pool of the links it
   crosses (in-node links or NICs, or the message engines of an offloaded target: the replay
   cost model's pools, `replay.hardware.model.pool_class`), and it ends on each
-  rank at that start plus the rank's cost (`costing.SourceHardware.collective_us`);
+  rank at that start plus the rank's cost (`costing.SourceHardware.collective`);
 - ``cudaDeviceSynchronize`` ends when every stream of the device is idle.
 
 Overlap slowdown: a compute kernel that overlaps communication kernels on its rank is stretched
@@ -266,8 +266,7 @@ class Timeline:
                 for r in range(self.R):
                     args[r]["Out split size"] = fmt_list(recv[r])
             pg_ranks = [a["Process Group Ranks"] for a in args]
-            self._coll_cache[key] = (self.hw.collective_us(c, pg_ranks),
-                                     self.hw.collective_pool(c, pg_ranks), args)
+            self._coll_cache[key] = (*self.hw.collective(c, pg_ranks), args)
         return self._coll_cache[key]
 
     def wait(self, w: Wait) -> None:

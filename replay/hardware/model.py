@@ -90,6 +90,8 @@ def pool_class(pool_kind: str, group: np.ndarray, local: np.ndarray, nodes: np.n
     L, N = np.asarray(local), np.asarray(nodes)
     spans = np.where((L > 0) & (N > 0), N, np.ceil(p / np.minimum(p, ranks_per_node))) > 1
     return spans.astype(np.int64)
+
+
 #: passes of the inverse that takes the source's interference out of measured work
 _INVERSE_PASSES = 3
 #: device work the model prices (computation by the roofline, copies by their links)
