@@ -4,6 +4,11 @@ Per sharding (HARDWARE.md 1j):
 - ``tw``: a table per rank (balanced by lookups x dim); KJT lengths/values all-to-all, pooled
   all-to-all forward, its transpose backward.
 - ``cw``: tables split into column shards placed like tables; collectives as ``tw``.
+- ``auto``: a planner's choice, as TorchRec's and HugeCTR's planners make it: each table's cost
+  is its lookups x dim (the bytes its kernels move), the heaviest tables are split column-wise
+  (2, 4, ... shards of at least `MIN_SHARD_DIM` columns) and the shards placed greedily on the
+  least-loaded rank, keeping the split that leaves the smallest maximum per-rank load
+  (`balanced_shards`); collectives as ``tw``. ``tw`` stays the naive plan (whole tables).
 - ``rw``: every table split into ``ranks`` row blocks; ids bucketized by block (Zipf skew moves
   them to the first blocks); pooled reduce-scatter forward, all-gather backward.
 - ``twrw``: tables per host, rows split over the host's ranks; intra-host reduce-scatter then
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mtia_trace.errors import UsageError
-from mtia_trace.synth.model import DTYPES, Model
+from mtia_trace.synth.model import DTYPES, SHARDINGS, Model
 
 IDX_DTYPE = ("long int", "Long", 8)   # KJT values (ids)
 LEN_DTYPE = ("int", "Int", 4)         # KJT lengths
@@ -53,6 +58,11 @@ class Collective:
     in_nelems: np.ndarray
     out_nelems: np.ndarray
     matrix: np.ndarray | None = None   # all-to-all only, (ranks, group size)
+
+
+#: Narrowest column shard the ``auto`` planner cuts (FBGEMM's TBE needs dims in multiples of 4;
+#: TorchRec's column-wise sharder cuts shards of a set minimum width); assumed.
+MIN_SHARD_DIM = 16
 
 
 @dataclass
@@ -123,6 +133,51 @@ def assign(cost: np.ndarray, bins: int) -> np.ndarray:
     return out
 
 
+def _place(cost: np.ndarray, table: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy placement of shards (heaviest first) on the least-loaded rank that holds no other
+    shard of the same table; (rank per shard, load per rank)."""
+    load = np.zeros(bins)
+    out = np.empty(len(cost), np.int64)
+    held: list[set[int]] = [set() for _ in range(bins)]
+    for i in sorted(range(len(cost)), key=lambda i: (-cost[i], i)):
+        order = np.lexsort((np.arange(bins), load))
+        b = next((int(b) for b in order if int(table[i]) not in held[b]), int(order[0]))
+        out[i] = b
+        load[b] += cost[i]
+        held[b].add(int(table[i]))
+    return out, load
+
+
+def balanced_shards(pool: np.ndarray, dims: np.ndarray, ranks: int, col_bytes: float,
+                    id_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ``auto`` plan: column shards per table and the rank of every shard.
+
+    A shard's cost is the bytes its lookups move in one step, forward and backward:
+    ``pool x (columns x col_bytes + id_bytes)`` (every column shard of a table reads all of its
+    ids). Starting from whole tables, each round places the shards greedily (`_place`) and then
+    splits the costliest shard that can still be split in two (twice the shards, at most
+    ``ranks``, each at least `MIN_SHARD_DIM` columns wide and the dim divisible). The round
+    with the smallest maximum per-rank cost wins (the fewest splits among equals).
+    """
+    count = np.ones(len(pool), np.int64)
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    for _ in range(4 * len(pool) + 8):
+        table = np.repeat(np.arange(len(pool)), count)
+        per = pool * (dims / count * col_bytes + id_bytes)
+        owner, load = _place(per[table], table, ranks)
+        if len(table) >= ranks and (best is None or load.max() < best[0] * (1 - 1e-9)):
+            best = (float(load.max()), count.copy(), owner)
+        can = ((count * 2 <= ranks) & (dims % (count * 2) == 0)
+               & (dims // (count * 2) >= MIN_SHARD_DIM))
+        if not can.any():
+            break
+        count[int(np.argmax(np.where(can, per, -1.0)))] *= 2
+    if best is None:
+        raise UsageError(f"--sharding auto: {len(pool)} tables cannot be cut into {ranks} column"
+                         f" shards of at least {MIN_SHARD_DIM} columns; use rw, twrw or dp")
+    return best[1], best[2]
+
+
 def local_batch(batch: int, ranks: int) -> int:
     """Each rank's share of the global batch (it must split evenly)."""
     if batch % ranks:
@@ -140,16 +195,24 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
     t_count = len(dims)
     w = world_groups(ranks)
     fb, fdt = model.elem_bytes, _coll_dtype(model)
-    if sharding in ("tw", "cw"):
+    if sharding in ("tw", "cw", "auto"):
         if sharding == "tw":
             if ranks > t_count:
                 raise UsageError(f"--sharding tw: --ranks {ranks} exceeds the {t_count} tables;"
-                                 " use rw, cw, twrw or dp, or fewer ranks")
+                                 " use auto, rw, cw, twrw or dp, or fewer ranks")
             f_table, f_dim = np.arange(t_count), dims
-        else:
+        elif sharding == "cw":
             c = _cw_shards(dims, ranks, t_count)
             f_table, f_dim = np.repeat(np.arange(t_count), c), np.repeat(dims // c, c)
-        owner = assign(pool[f_table] * f_dim + 1e-12 * rows[f_table], ranks)
+        else:
+            # bytes per lookup the TBE kernels move (workload.py): a row read forward, read and
+            # written back backward; the id read forward and backward, the optimizer state
+            se = DTYPES[model.table_dtype][0]
+            c, owner = balanced_shards(pool, dims, ranks, 3.0 * se,
+                                       IDX_DTYPE[2] * (3 if train else 1))
+            f_table, f_dim = np.repeat(np.arange(t_count), c), np.repeat(dims // c, c)
+        if sharding != "auto":
+            owner = assign(pool[f_table] * f_dim + 1e-12 * rows[f_table], ranks)
         onehot = np.zeros((ranks, len(f_table)), np.int64)
         onehot[owner, np.arange(len(f_table))] = 1
         feats = onehot.sum(1)
@@ -221,7 +284,7 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
                                 np.full(ranks, model.embedding_params),
                                 np.full(ranks, model.embedding_params), fdt, fb)]
     else:
-        raise UsageError(f"--sharding {sharding!r} is unknown; allowed: tw, rw, cw, twrw, dp")
+        raise UsageError(f"--sharding {sharding!r} is unknown; allowed: {', '.join(SHARDINGS)}")
     if ranks == 1:
         p.fwd_input, p.fwd_output, p.bwd_output, p.emb_grad = [], [], [], []
     return p

@@ -46,6 +46,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "hbm.capacity_GB",
     "hbm.efficiency",
     "hbm.gather_efficiency",
+    "hbm.gather_backward_efficiency",
     "cache.capacity_MB",
     "cache.bandwidth_GBps",
     "cache.zipf_alpha",
@@ -115,7 +116,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 #: Keys that must lie in (0, 1].
 FRACTIONS = ("compute.efficiency_gemm", "compute.efficiency_other", "hbm.efficiency",
-             "hbm.gather_efficiency", "comm.intra_efficiency", "comm.inter_efficiency")
+             "hbm.gather_efficiency", "hbm.gather_backward_efficiency", "comm.intra_efficiency",
+             "comm.inter_efficiency")
 
 
 @dataclass
