@@ -128,13 +128,16 @@ POINTS = (
     # moves the prediction (``tw``: the naive plan, whole tables)
     *(_mlperf(f"mlperf3.0-dgxh100-1x8-{s}", "NVIDIA/results/dgxh100_ngc23.04_merlin_hugectr", 8,
               55296, 14444, E1, sharding=s) for s in ("tw", "rw", "twrw")),
-    # 64 ranks: more ranks than the 26 tables; the submission's planner (hier_auto) places
-    # tables per node and splits them over the node's GPUs: table-row-wise
+    # 64 ranks: the submission's planner (hier_auto) balances tables over nodes and splits each
+    # node's tables over its GPUs; the preset's ``auto`` does the same beyond one node
     _mlperf("mlperf3.0-dgxh100-8x8", "NVIDIA/results/dgxh100_n8_ngc23.04_merlin_hugectr", 64,
-            135168, 4572, E8, sharding="twrw", ratio_to="mlperf3.0-dgxh100-1x8"),
+            135168, 4572, E8, ratio_to="mlperf3.0-dgxh100-1x8"),
+    # the naive per-node placement (whole tables per node, rows over the node's GPUs)
+    _mlperf("mlperf3.0-dgxh100-8x8-twrw", "NVIDIA/results/dgxh100_n8_ngc23.04_merlin_hugectr", 64,
+            135168, 4572, E8, sharding="twrw"),
     # twice the nodes at the same global batch: measured no faster than 8 nodes
     _mlperf("mlperf3.0-dgxh100-16x8", "NVIDIA/results/dgxh100_n16_ngc23.04_merlin_hugectr", 128,
-            135168, 4596, E8, sharding="twrw", ratio_to="mlperf3.0-dgxh100-1x8"),
+            135168, 4596, E8, ratio_to="mlperf3.0-dgxh100-1x8"),
     # one submitter, one round, one configuration (config_XE9680x8*.sh), two GPU generations
     _mlperf("mlperf3.0-xe9680-8xh100", "Dell/results/XE9680x8H100-SXM-80GB", 8, 55296, 14432, E1),
     _mlperf("mlperf3.0-xe9680-8xa100", "Dell/results/XE9680x8A100-SXM-80GB", 8, 55296, 27242, E1,

@@ -198,7 +198,7 @@ def test_rec150b_holds_150b_params():
     (dict(batch=-5), "--batch -5"),
     (dict(ranks=5), "not divisible"),
     (dict(ranks=32, batch=1024, sharding="tw"), "exceeds the 26 tables"),
-    (dict(ranks=256, batch=1024), "cannot be cut into 256 column shards"),
+    (dict(ranks=2048, batch=2048), "cannot be cut into 256 column shards"),
     (dict(ranks=12, batch=1200, sharding="twrw"), "not a multiple"),
     (dict(sharding="xx"), "allowed: auto, tw, rw, cw, twrw, dp"),
     (dict(mode="eval"), "allowed: train, infer"),

@@ -8,7 +8,9 @@ Per sharding (HARDWARE.md 1j):
   is its lookups x dim (the bytes its kernels move), the heaviest tables are split column-wise
   (2, 4, ... shards of at least `MIN_SHARD_DIM` columns) and the shards placed greedily on the
   least-loaded rank, keeping the split that leaves the smallest maximum per-rank load
-  (`balanced_shards`); collectives as ``tw``. ``tw`` stays the naive plan (whole tables).
+  (`balanced_shards`); collectives as ``tw``. Beyond one node it plans hosts the same way and
+  splits each host's shards by rows over the host's ranks, with ``twrw``'s collectives (as
+  HugeCTR's hierarchical planner places tables per node). ``tw`` stays the naive plan.
 - ``rw``: every table split into ``ranks`` row blocks; ids bucketized by block (Zipf skew moves
   them to the first blocks); pooled reduce-scatter forward, all-gather backward.
 - ``twrw``: tables per host, rows split over the host's ranks; intra-host reduce-scatter then
@@ -195,7 +197,10 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
     t_count = len(dims)
     w = world_groups(ranks)
     fb, fdt = model.elem_bytes, _coll_dtype(model)
-    if sharding in ("tw", "cw", "auto"):
+    # ``auto`` beyond one node plans per host, as HugeCTR's hier_auto does, and splits each
+    # host's shards by rows over its ranks (table-row-wise)
+    hier = sharding == "auto" and ranks > min(ranks_per_node, ranks)
+    if sharding in ("tw", "cw", "auto") and not hier:
         if sharding == "tw":
             if ranks > t_count:
                 raise UsageError(f"--sharding tw: --ranks {ranks} exceeds the {t_count} tables;"
@@ -205,11 +210,7 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
             c = _cw_shards(dims, ranks, t_count)
             f_table, f_dim = np.repeat(np.arange(t_count), c), np.repeat(dims // c, c)
         else:
-            # bytes per lookup the TBE kernels move (workload.py): a row read forward, read and
-            # written back backward; the id read forward and backward, the optimizer state
-            se = DTYPES[model.table_dtype][0]
-            c, owner = balanced_shards(pool, dims, ranks, 3.0 * se,
-                                       IDX_DTYPE[2] * (3 if train else 1))
+            c, owner = balanced_shards(pool, dims, ranks, *_lookup_bytes(model, train))
             f_table, f_dim = np.repeat(np.arange(t_count), c), np.repeat(dims // c, c)
         if sharding != "auto":
             owner = assign(pool[f_table] * f_dim + 1e-12 * rows[f_table], ranks)
@@ -240,27 +241,36 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
                               w, np.full(ranks, batch * d), np.full(ranks, b * d), fdt, fb)]
         p.bwd_output = [_coll("pooled_grads", "_allgather_base", "c10d::_allgather_base_",
                               w, np.full(ranks, b * d), np.full(ranks, batch * d), fdt, fb)]
-    elif sharding == "twrw":
+    elif sharding == "twrw" or hier:
         per = min(ranks_per_node, ranks)
         if ranks % per:
-            raise UsageError(f"--sharding twrw: --ranks {ranks} is not a multiple of the"
+            raise UsageError(f"--sharding {sharding}: --ranks {ranks} is not a multiple of the"
                              f" {per} ranks per node of the source hardware; use a multiple")
         hosts = ranks // per
-        if hosts > t_count:
-            raise UsageError(f"--sharding twrw: {hosts} hosts exceed the {t_count} tables;"
-                             " use rw or dp, or fewer ranks")
-        host_of = assign(pool * dims + 1e-12 * rows, hosts)
-        cnt = split_counts(n_t, block_shares(rows, per, zipf))       # (T, per)
+        if hier:
+            # the planner over hosts, then every host's shards split by rows over its ranks
+            c, host_of = balanced_shards(pool, dims, hosts, *_lookup_bytes(model, train))
+            f_table = np.repeat(np.arange(t_count), c)
+            f_dim = np.repeat(dims // c, c)
+        else:
+            if hosts > t_count:
+                raise UsageError(f"--sharding twrw: {hosts} hosts exceed the {t_count} tables;"
+                                 " use auto, rw or dp, or fewer ranks")
+            f_table, f_dim = np.arange(t_count), dims
+            host_of = assign(pool * dims + 1e-12 * rows, hosts)
+        cnt = split_counts(n_t, block_shares(rows, per, zipf))[f_table]   # (F, per)
         r = np.arange(ranks)
         h_r, l_r = r // per, r % per
-        mine = host_of[None, :] == h_r[:, None]                       # (ranks, T)
+        mine = host_of[None, :] == h_r[:, None]                       # (ranks, F)
         ids_r = (mine * cnt[:, l_r].T).sum(1)
         blk = -(-rows // per)
-        held = np.clip(rows[:, None] - blk[:, None] * np.arange(per)[None, :], 0, blk[:, None])
-        d_h = np.bincount(host_of, weights=dims, minlength=hosts).astype(np.int64)
+        held = np.clip(rows[:, None] - blk[:, None] * np.arange(per)[None, :], 0,
+                       blk[:, None])[f_table]
+        d_h = np.bincount(host_of, weights=f_dim, minlength=hosts).astype(np.int64)
         f_h = np.bincount(host_of, minlength=hosts)
-        p = ShardPlan(ranks, b, ids_r * ranks, (mine * (dims[:, None] * cnt)[:, l_r].T).sum(1) * ranks,
-                      batch * d_h[h_r], (mine * (dims[:, None] * held)[:, l_r].T).sum(1),
+        p = ShardPlan(ranks, b, ids_r * ranks,
+                      (mine * (f_dim[:, None] * cnt)[:, l_r].T).sum(1) * ranks,
+                      batch * d_h[h_r], (mine * (f_dim[:, None] * held)[:, l_r].T).sum(1),
                       f_h[h_r], d_h[h_r], np.full(ranks, batch))
         p.fwd_input = _kjt(w, np.tile(b * f_h[h_r], (ranks, 1)), np.tile(ids_r, (ranks, 1)))
         intra, cross = host_groups(ranks, per)
@@ -288,6 +298,14 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
     if ranks == 1:
         p.fwd_input, p.fwd_output, p.bwd_output, p.emb_grad = [], [], [], []
     return p
+
+
+def _lookup_bytes(model: Model, train: bool) -> tuple[float, float]:
+    """(bytes per lookup per column, bytes per lookup) the TBE kernels move (workload.py): a
+    row read forward, read and written back backward; the id read forward and backward with
+    its optimizer state."""
+    se = DTYPES[model.table_dtype][0]
+    return (3.0 if train else 1.0) * se, float(IDX_DTYPE[2] * (3 if train else 1))
 
 
 def _coll_dtype(model: Model) -> str:
