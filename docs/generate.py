@@ -274,40 +274,64 @@ series either.
 `python benchmarks/validate_throughput.py` rebuilds published training runs whose configuration
 is public with `mtia-trace synth` (same model, ranks, global batch, precision, id skew of the
 data) and replays them with `mtia-trace replay --hw SPEC` on the published system's spec; the
-predicted step time is the mean `total_us` over steps and ranks. The points are NVIDIA's MLPerf
-Training v3.0 DLRM-DCNv2 runs (HugeCTR; the measured step time comes from the result logs'
-training time between two evaluations, mlcommons/training_results_v3.0 at 9f08e30), which are
-the `dlrm-dcnv2` preset's model, and NVIDIA DeepLearningExamples' TensorFlow 2 DLRM throughputs
+predicted step time is the mean `total_us` over steps and ranks. The points are MLPerf Training
+DLRM-DCNv2 runs (HugeCTR; the measured step time comes from the result logs' training time
+between two evaluations): NVIDIA's DGX H100 at 1, 8 and 16 nodes and Dell's XE9680 with 8 A100
+and with 8 H100 from round v3.0 (mlcommons/training_results_v3.0 at 9f08e30), NVIDIA's H100
+(Eos) and H200 nodes from round v4.0 (training_results_v4.0 at 6fe9543); they are the
+`dlrm-dcnv2` preset's model. Also NVIDIA DeepLearningExamples' TensorFlow 2 DLRM throughputs
 on a DGX A100 (doc/DLRM.md at d53419f, its synthetic Criteo data: one lookup per table,
 power-law ids with exponent 1.45). Nothing is fitted; the script cites each number's source and
-derivation. Result (error: predicted / measured step time - 1; negative: the model is faster):
+derivation. Other submitters' runs of v4.0/v4.1 and NVIDIA's B200 preview (v4.1) are not rows:
+they are held back to judge the model. Result (error: predicted / measured step time - 1;
+negative: the model is faster):
 
 | point | spec | ranks | sharding | measured ms | predicted ms | error | largest parts (us) |
 |---|---|---:|---|---:|---:|---:|---|
-| MLPerf v3.0 DGX H100, 1 node | h100 | 8 | tw (preset) | 3.808 | 5.512 | +44.8% | peer wait 2,187, fetch 2,007, compute 848 |
-| same run | h100 | 8 | rw | 3.808 | 5.218 | +37.0% | fetch 2,331, collective 1,991, compute 830 |
-| same run | h100 | 8 | twrw | 3.808 | 5.200 | +36.5% | fetch 2,317, collective 1,867, compute 902 |
-| MLPerf v3.0 DGX H100, 8 nodes | h100 | 64 | twrw | 2.948 | 3.513 | +19.2% | collective 1,416, fetch 804, peer wait 569 |
-| MLPerf v3.0 DGX H100, 16 nodes | h100 | 128 | twrw | 2.963 | 3.191 | +7.7% | peer wait 1,095, collective 1,004, fetch 389 |
-| DLE TF2 DLRM, 1 A100, TF32 | a100 | 1 | - | 23.076 | 18.907 | -18.1% | fetch 10,583, compute 8,305 |
-| DLE TF2 DLRM, 1 A100, AMP | a100 | 1 | - | 14.404 | 9.812 | -31.9% | fetch 5,634, compute 4,160 |
-| DLE TF2 DLRM, 8 A100, TF32 | a100 | 8 | tw | 6.012 | 3.420 | -43.1% | fetch 1,162, compute 979, collective 936 |
-| DLE TF2 DLRM, 8 A100, AMP | a100 | 8 | tw | 4.749 | 1.880 | -60.4% | fetch 621, collective 495, compute 493 |
+| MLPerf v3.0 DGX H100, 1 node | h100 | 8 | auto (preset) | 3.808 | 4.634 | +21.7% | fetch 3,027, compute 850, collective 553 |
+| same run | h100 | 8 | tw (naive) | 3.808 | 7.804 | +104.9% | peer wait 3,508, fetch 2,977, compute 848 |
+| same run | h100 | 8 | rw | 3.808 | 6.417 | +68.5% | fetch 3,495, collective 1,991, compute 830 |
+| same run | h100 | 8 | twrw | 3.808 | 6.399 | +68.0% | fetch 3,481, collective 1,867, compute 902 |
+| MLPerf v3.0 DGX H100, 8 nodes | h100 | 64 | auto (preset) | 2.948 | 4.427 | +50.2% | collective 1,628, fetch 1,165, peer wait 909 |
+| same run | h100 | 64 | twrw | 2.948 | 4.249 | +44.1% | collective 1,416, fetch 1,157, peer wait 952 |
+| MLPerf v3.0 DGX H100, 16 nodes | h100 | 128 | auto (preset) | 2.963 | 2.873 | -3.1% | collective 1,149, fetch 687, queue 304 |
+| MLPerf v3.0 Dell XE9680, 8 H100 | h100 | 8 | auto (preset) | 3.805 | 4.634 | +21.8% | fetch 3,027, compute 850, collective 553 |
+| MLPerf v3.0 Dell XE9680, 8 A100 | a100 | 8 | auto (preset) | 7.182 | 8.918 | +24.2% | fetch 4,954, compute 2,773, collective 797 |
+| MLPerf v4.0 NVIDIA Eos, 8 H100 | h100 | 8 | auto (preset) | 3.598 | 4.634 | +28.8% | fetch 3,027, compute 850, collective 553 |
+| MLPerf v4.0 NVIDIA, 8 H200 | h200 | 8 | auto (preset) | 3.257 | 3.694 | +13.4% | fetch 2,113, compute 849, collective 553 |
+| DLE TF2 DLRM, 1 A100, TF32 | a100 | 1 | - | 23.076 | 18.919 | -18.0% | fetch 10,595, compute 8,305 |
+| DLE TF2 DLRM, 1 A100, AMP | a100 | 1 | - | 14.404 | 9.822 | -31.8% | fetch 5,644, compute 4,160 |
+| DLE TF2 DLRM, 8 A100, TF32 | a100 | 8 | tw | 6.012 | 3.419 | -43.1% | fetch 1,162, compute 979, collective 936 |
+| DLE TF2 DLRM, 8 A100, AMP | a100 | 8 | tw | 4.749 | 1.881 | -60.4% | fetch 621, collective 495, compute 493 |
 
-Read the absolute step times of a synthetic workload as good to within a factor of about 2.5
-(8-60% off here), in a direction set by the software stack the model does not see. Against
-HugeCTR's MLPerf runs the model is 8-45% slow. At one node its largest parts are the embedding
-fetch, priced with FP32 tables and a random-row HBM efficiency of 0.6 (both labelled
-assumed), and the peer wait the preset's table-wise sharding leaves (2.2 ms of ranks waiting
-for the rank with the most lookups; HugeCTR balances its tables, and row-wise or
-table-row-wise sharding still leave +37%). From 8 to
-16 nodes at the same global batch the measured step stays at 2.95 ms while the model's
-shortens by 9%, so its scaling at small per-GPU batches is optimistic. Against
-the TensorFlow 2 runs it is 18-60% fast, most where framework cost matters most: measured, 8
-GPUs run 3.0-3.8x the samples of one GPU, where the model's PyTorch-style step gives 5.2-5.5x.
-Ratios between targets (the replay's purpose) carry less of this error than absolute times, as
-both sides share the workload; with a trace of your own run the workload is measured, not
-synthesized.
+The ratios a user acts on ("how much faster on X?"), each between two runs of one round with the
+same software and configuration; error: predicted ratio / measured ratio - 1. "Before" is the
+model with one assumed random-row efficiency of 0.6 for every embedding kernel and the preset's
+table-wise plan:
+
+| ratio of step times | measured | predicted | error | before |
+|---|---:|---:|---:|---:|
+| 8 A100 / 8 H100 (Dell XE9680, v3.0) | 1.888 | 1.924 | +1.9% | -0.3% |
+| 8 H200 / 8 H100 (NVIDIA, v4.0) | 0.905 | 0.797 | -11.9% | -14.4% |
+| 64 / 8 H100 (NVIDIA DGX H100, v3.0) | 0.774 | 0.955 | +23.4% | -17.7% |
+| 128 / 8 H100 (NVIDIA DGX H100, v3.0) | 0.778 | 0.620 | -20.3% | -25.6% |
+
+The embedding kernels are priced at the fractions of HBM peak FBGEMM's TBE reaches on H100 over
+Meta's production workloads, 64.7% forward and 26.5% for the backward with its fused optimizer
+update (meta-pytorch/torchrec PR 4757; published for H100, carried over to the other GPUs and
+MTIA as assumed); the tables are FP32 as the submission's planner budgets them, and its
+balancing planner is the preset's `auto` plan. With those the one-node H100 step is 22% slow
+(was 45%), the A100/H100 ratio is within 2%, and the H200/H100 ratio misses by 12%: H200's
+4.8 TB/s shortens the model's step by 20% where the measured step is 9.5% shorter. The model's
+one-node step is 65% fetch, nearly all of it embedding kernels priced on HBM bandwidth; the
+measured ratio says the part of the real step that scales with HBM bandwidth is about a third. No published TBE
+measurement on H200 (or a latency-bound gather model with a published per-SM figure) is in the
+spec, so this stays a known miss, not a tuned value. Across nodes the error is set by the
+collectives (the largest parts at 8 and 16 nodes), and the model's scaling is off both ways:
+64 GPUs 23% too slow relative to 8, 128 GPUs 20% too fast. Against the TensorFlow 2 runs it is
+18-60% fast, most where framework cost matters most: measured, 8 GPUs run 3.0-3.8x the samples
+of one GPU, where the model's PyTorch-style step gives 5.2-5.5x. With a trace of your own run
+the workload is measured, not synthesized.
 """
 
 
