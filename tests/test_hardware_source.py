@@ -37,7 +37,8 @@ def _trace(*names: str, ev=None) -> SimpleNamespace:  # noqa: ANN001
     ("NVIDIA DGX A100", "a100"),  # what `synth --source-hw a100` declares
     ("Tesla V100-SXM2-32GB", "v100"), ("Tesla V100-PCIE-16GB", "v100"),
     ("NVIDIA DGX-1 (V100 SXM2)", "v100"), ("NVIDIA B200", "b200"),
-    ("NVIDIA DGX/HGX B200", "b200"), ("NVIDIA GB200", None),
+    ("NVIDIA DGX/HGX B200", "b200"), ("NVIDIA GB200", "gb200"),
+    ("NVIDIA GB200 NVL72", "gb200"),
     ("AMD Radeon Graphics", None), ("", None),
 ])
 def test_spec_for_device(name: str, spec: str | None) -> None:
