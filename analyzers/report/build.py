@@ -253,6 +253,9 @@ def build_report(run: RunData, *, with_figures: bool = True,
     for text in (_device_sentence(run, a), collective_sentence(run, a)):
         if text:
             blocks.append(Paragraph(text))
+    warned = list(getattr(run.meta, "warnings", None) or [])
+    if warned:  # what the ingest found wrong with the trace: the numbers below depend on it
+        blocks += [Heading(3, f"Trace warnings ({len(warned)})"), Items(warned)]
     found = findings(run, a)
     if found:
         blocks += [Heading(3, "Top bottlenecks (shares of the step)"),
@@ -330,6 +333,7 @@ def report_dict(run: RunData) -> dict:
         "hardware": run.hardware,
         "tool_version": run.meta.tool_version,
         "traces": run.meta.trace_names,
+        "warnings": list(getattr(run.meta, "warnings", None) or []),
         "ranks": a.ranks,
         "steps": a.steps,
         "step_time_us": {"mean": a.step_us, "min": a.step_min_us, "max": a.step_max_us,
