@@ -12,6 +12,7 @@ import none of them, so they do not pay for pyarrow, DuckDB, pandas or matplotli
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 
 from mtia_trace import __version__
 from mtia_trace.errors import MtiaTraceError
+from mtia_trace.escape import TerminalStream
 
 #: Every command, in the order `--help` lists them: (name, module in `mtia_trace.cli`, attribute,
 #: summary). The attribute is a command function or a `typer.Typer` sub-app. The summary is the
@@ -175,6 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line; Ctrl-C
     (typer turns it into exit 130) as one line too.
     """
+    saved = sys.stdout, sys.stderr
+    for name in ("stdout", "stderr"):  # no name from a trace reaches a terminal raw
+        stream = getattr(sys, name)
+        isatty = getattr(stream, "isatty", None)
+        if isatty is not None and isatty() and not isinstance(stream, TerminalStream):
+            setattr(sys, name, TerminalStream(stream))
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         app(args=argv, prog_name="mtia-trace")
     except KeyboardInterrupt:  # raised outside typer's own handling (e.g. while it starts)
