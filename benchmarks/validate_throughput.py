@@ -11,14 +11,16 @@ only settings are the ones its publication states (batch, ranks, precision, id s
 data). Where a publication leaves a choice open (how the tables are sharded), the preset's
 choice is used and the column ``sharding`` says which.
 
-Besides each absolute error, the error of each ratio between two points of one round (same
-software, same configuration; only the system or the number of GPUs differs) is printed:
-predicted ratio / measured ratio - 1. A ratio is what a user acts on ("how much faster on X?");
-it cancels what the model gets wrong alike on both systems and keeps what it gets wrong about
-the difference. In ``--format json`` the rows carry it: a point with ``ratio_to`` (the
-reference point's name) has ``measured_ratio``, ``predicted_ratio`` and ``ratio_error``.
-
     python benchmarks/validate_throughput.py [--only NAME] [--format table|json]
+        [--json-out benchmarks/results/throughput.json]
+
+Beside each point's error, `RATIOS` compares two measured step times of one publication or one
+round (more nodes, more GPUs, another precision, another system of the same submitter and
+software) with the same ratio of predictions: the ratio error is predicted ratio / measured
+ratio - 1. A ratio is what a user acts on ("how much faster on X?"): it cancels what the model
+gets wrong alike on both sides and keeps what it gets wrong about the difference. ``--json-out`` writes points and ratios, from which
+docs/generate.py renders the table in docs/hardware.md and benchmarks/gates.json's bounds are
+checked.
 
 Sources (every number below is copied from these, with its derivation):
 
@@ -88,7 +90,6 @@ class Point:
     sharding: str | None = None  # None: the model's default
     zipf: float = 0.0       # id skew of the run's data (cache.zipf_alpha)
     sets: tuple[str, ...] = field(default=())
-    ratio_to: str | None = None  # a point of the same round this one is compared with
 
 
 #: epochs at the first two evaluations of the 1-node (batch 55,296) and multi-node (135,168) runs
@@ -98,14 +99,13 @@ E8 = (0.0499403937236202, 0.09991300705609434)
 
 def _mlperf(name: str, folder: str, ranks: int, batch: int, interval_ms: float,
             epochs: tuple[float, float], sharding: str | None = None, hw: str = "h100",
-            round_: str = "3.0", ratio_to: str | None = None) -> Point:
+            round_: str = "3.0") -> Point:
     e0, e1 = epochs
     steps = (e1 - e0) * MLPERF_EPOCH_SAMPLES / batch
     return Point(name, hw, ranks, batch, interval_ms / steps,
                  f"{MLPERF_LOGS[round_]}{folder}/dlrm_dcnv2/result_0.txt: {interval_ms:g} ms of"
                  f" training between eval_stop at epoch {e0} and eval_start at epoch {e1}"
-                 f" = {steps:,.0f} steps of {batch}", preset="dlrm-dcnv2", sharding=sharding,
-                 ratio_to=ratio_to)
+                 f" = {steps:,.0f} steps of {batch}", preset="dlrm-dcnv2", sharding=sharding)
 
 
 def _dle(name: str, tables: str, ranks: int, dtype: str, samples_per_s: float) -> Point:
@@ -131,27 +131,57 @@ POINTS = (
     # 64 ranks: the submission's planner (hier_auto) balances tables over nodes and splits each
     # node's tables over its GPUs; the preset's ``auto`` does the same beyond one node
     _mlperf("mlperf3.0-dgxh100-8x8", "NVIDIA/results/dgxh100_n8_ngc23.04_merlin_hugectr", 64,
-            135168, 4572, E8, ratio_to="mlperf3.0-dgxh100-1x8"),
+            135168, 4572, E8),
     # the naive per-node placement (whole tables per node, rows over the node's GPUs)
     _mlperf("mlperf3.0-dgxh100-8x8-twrw", "NVIDIA/results/dgxh100_n8_ngc23.04_merlin_hugectr", 64,
             135168, 4572, E8, sharding="twrw"),
     # twice the nodes at the same global batch: measured no faster than 8 nodes
     _mlperf("mlperf3.0-dgxh100-16x8", "NVIDIA/results/dgxh100_n16_ngc23.04_merlin_hugectr", 128,
-            135168, 4596, E8, ratio_to="mlperf3.0-dgxh100-1x8"),
+            135168, 4596, E8),
     # one submitter, one round, one configuration (config_XE9680x8*.sh), two GPU generations
     _mlperf("mlperf3.0-xe9680-8xh100", "Dell/results/XE9680x8H100-SXM-80GB", 8, 55296, 14432, E1),
     _mlperf("mlperf3.0-xe9680-8xa100", "Dell/results/XE9680x8A100-SXM-80GB", 8, 55296, 27242, E1,
-            hw="a100", ratio_to="mlperf3.0-xe9680-8xh100"),
+            hw="a100"),
     # NVIDIA's v4.0 H100 (Eos) and H200 nodes, the same software (NGC 24.04) and configuration
     _mlperf("mlperf4.0-eos-1x8", "NVIDIA/results/eos_ngc24.04_merlin_hugectr", 8, 55296, 13648,
             E1, round_="4.0"),
     _mlperf("mlperf4.0-h200-1x8", "NVIDIA/results/h200_ngc24.04_merlin_hugectr", 8, 55296, 12352,
-            E1, hw="h200", round_="4.0", ratio_to="mlperf4.0-eos-1x8"),
+            E1, hw="h200", round_="4.0"),
     _dle("dle-tf2-dlrm-1xa100-tf32", "t15", 1, "fp32", 2.84e6),
     _dle("dle-tf2-dlrm-1xa100-amp", "t15", 1, "fp16", 4.55e6),
     _dle("dle-tf2-dlrm-8xa100-tf32", "t3", 8, "fp32", 10.9e6),
     _dle("dle-tf2-dlrm-8xa100-amp", "t3", 8, "fp16", 13.8e6),
 )
+
+
+#: ratio name -> (numerator point, denominator point): two step times of one publication
+RATIOS = {
+    "MLPerf H100: 16 nodes / 8 nodes": ("mlperf3.0-dgxh100-16x8", "mlperf3.0-dgxh100-8x8"),
+    "MLPerf H100: 8 nodes / 1 node": ("mlperf3.0-dgxh100-8x8", "mlperf3.0-dgxh100-1x8"),
+    "MLPerf H100: 16 nodes / 1 node": ("mlperf3.0-dgxh100-16x8", "mlperf3.0-dgxh100-1x8"),
+    # one round, one submitter, one configuration, another system
+    "MLPerf v3.0 Dell XE9680: 8 A100 / 8 H100": ("mlperf3.0-xe9680-8xa100",
+                                                 "mlperf3.0-xe9680-8xh100"),
+    "MLPerf v4.0 NVIDIA: 8 H200 / 8 H100": ("mlperf4.0-h200-1x8", "mlperf4.0-eos-1x8"),
+    "DLE A100 TF32: 8 GPUs / 1 GPU": ("dle-tf2-dlrm-8xa100-tf32", "dle-tf2-dlrm-1xa100-tf32"),
+    "DLE A100 AMP: 8 GPUs / 1 GPU": ("dle-tf2-dlrm-8xa100-amp", "dle-tf2-dlrm-1xa100-amp"),
+    "DLE A100 1 GPU: AMP / TF32": ("dle-tf2-dlrm-1xa100-amp", "dle-tf2-dlrm-1xa100-tf32"),
+    "DLE A100 8 GPUs: AMP / TF32": ("dle-tf2-dlrm-8xa100-amp", "dle-tf2-dlrm-8xa100-tf32"),
+}
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """`RATIOS` whose two points are in ``rows``: measured and predicted step-time ratio, and the
+    ratio error (predicted / measured - 1)."""
+    by = {r["name"]: r for r in rows}
+    out = []
+    for name, (a, b) in RATIOS.items():
+        if a in by and b in by:
+            meas = by[a]["measured_ms"] / by[b]["measured_ms"]
+            pred = by[a]["predicted_ms"] / by[b]["predicted_ms"]
+            out.append({"name": name, "points": [a, b], "measured": meas, "predicted": pred,
+                        "error": pred / meas - 1})
+    return out
 
 
 def _cli(*args: str) -> str:
@@ -194,22 +224,32 @@ def predict(p: Point, work: Path) -> dict:
             "parts_us": {k: v for k, v in mean.items() if k != "total_us"}, "source": p.source}
 
 
+def run(points: list[Point]) -> list[dict]:
+    """`predict` every point (progress on stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for i, p in enumerate(points, 1):
+            print(f"[{i}/{len(points)}] {p.name}: synth + replay on {p.hw}", file=sys.stderr)
+            rows.append(predict(p, Path(tmp)))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", help="run only the named point (repeatable)")
     ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="write points and ratios here (benchmarks/results/throughput.json)")
     a = ap.parse_args(argv)
     points = [p for p in POINTS if not a.only or p.name in a.only]
     if not points:
         print(f"--only {a.only}: no such point; one of {', '.join(p.name for p in POINTS)}",
               file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = []
-        for i, p in enumerate(points, 1):
-            print(f"[{i}/{len(points)}] {p.name}: synth + replay on {p.hw}", file=sys.stderr)
-            rows.append(predict(p, Path(tmp)))
-    add_ratios(rows, points)
+    rows = run(points)
+    if a.json_out:
+        a.json_out.write_text(json.dumps({"points": rows, "ratios": ratios(rows)}, indent=1)
+                              + "\n", encoding="utf-8")
     if a.format == "json":
         print(json.dumps(rows, indent=1))
         return 0
@@ -221,30 +261,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['measured_ms']:>11.3f} {r['predicted_ms']:>12.3f} {r['step_error']:>+7.1%}  "
               + ", ".join(f"{k.removesuffix('_us')} {v:,.0f}" for k, v in parts))
     print("error: predicted / measured step time - 1 (negative: the model is faster)")
-    ratios = [r for r in rows if "ratio_error" in r]
-    if ratios:
-        print(f"\n{'ratio':<50} {'measured':>8} {'predicted':>9} {'error':>7}")
-        for r in ratios:
-            label = f"{r['name']} / {r['ratio_to']}"
-            print(f"{label:<50} {r['measured_ratio']:>8.3f} {r['predicted_ratio']:>9.3f} "
-                  f"{r['ratio_error']:>+7.1%}")
-        print("ratio: step time over the reference point's; error: predicted / measured ratio - 1")
+    for r in ratios(rows):
+        print(f"{r['name']:<32} measured {r['measured']:.3f}  predicted {r['predicted']:.3f}  "
+              f"ratio error {r['error']:+.1%}")
     return 0
-
-
-def add_ratios(rows: list[dict], points: list[Point]) -> None:
-    """Give each row whose point names a reference (``ratio_to``) that also ran its measured
-    and predicted step-time ratio to it and the ratio's error."""
-    by_name = {r["name"]: r for r in rows}
-    for p in points:
-        ref = by_name.get(p.ratio_to or "")
-        if ref is None:
-            continue
-        row = by_name[p.name]
-        measured = row["measured_ms"] / ref["measured_ms"]
-        predicted = row["predicted_ms"] / ref["predicted_ms"]
-        row.update(ratio_to=ref["name"], measured_ratio=measured, predicted_ratio=predicted,
-                   ratio_error=predicted / measured - 1)
 
 
 if __name__ == "__main__":
