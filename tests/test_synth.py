@@ -270,3 +270,10 @@ def test_auto_plan_balances_what_table_wise_leaves_uneven() -> None:
     table = np.repeat(np.arange(len(count)), count)
     pairs = set(zip(table.tolist(), owner.tolist(), strict=True))
     assert len(pairs) == len(table)        # a table's shards on distinct ranks
+    # beyond one node the plan is per host, each host's shards split by rows over its ranks
+    twrw = plan(m, 64, "twrw", 135168, 8).tbe_gather
+    hier = plan(m, 64, "auto", 135168, 8)
+    assert twrw.max() / twrw.mean() > 3.0
+    assert hier.tbe_gather.max() / hier.tbe_gather.mean() < 1.10
+    assert hier.tbe_gather.sum() == twrw.sum()
+    assert [c.groups.kind for c in hier.fwd_output] == ["intra", "cross"]
