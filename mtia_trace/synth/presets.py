@@ -14,10 +14,12 @@ below is from the named source or labelled *assumed* here, in `synth --help` and
   row-wise Adagrad update in its backward, the step launched as a CUDA graph (graph-node launch
   cost, `costing.GRAPH_NODE_LAUNCH_US`). FP32 embedding tables: the submission's planner
   (sharding/generate_plan.py) budgets 8 bytes per element under Adagrad, an FP32 weight and its
-  FP32 accumulator. Sharding ``auto``: the submission's planner (SHARDING_PLAN=auto,
-  sharding/planner.py) balances tables by hotness across GPUs and splits the hottest ones; the
-  ``auto`` planner here does the same with column shards (``--sharding tw`` is the naive
-  table-wise plan). Assumed: the row-wise Adagrad update (HugeCTR keeps an accumulator per
+  FP32 accumulator, and holds every table in HBM (its per-GPU cap, memory_cap_for_embedding,
+  is 60 GB; the tables take 204,184,588 rows x 128 x 8 B / 8 GPUs = 26 GB each): no host-memory
+  cache, only the GPU's L2 (the replay's cache model). Sharding ``auto``: the submission's
+  planner (SHARDING_PLAN=auto, sharding/planner.py) balances tables by hotness across GPUs and
+  splits the hottest ones; the ``auto`` planner here does the same with column shards
+  (``--sharding tw`` is the naive table-wise plan). Assumed: the row-wise Adagrad update (HugeCTR keeps an accumulator per
   element; the model's backward is FBGEMM's row-wise update).
 - ``rec-150b``: the 150 B-parameter recommender on 40 accelerators of the MTIA 300 disclosure
   (Aug-2026), whose model is not described; all of its sizes are assumed, from DCNv2: the 26
