@@ -315,7 +315,7 @@ series either.
 
 ![Predicted vs measured busbw by size, one panel per published table](collectives_validation.png)
 
-(`python benchmarks/validate_collectives.py ../shared/nccl --figure docs/collectives_validation.png`)
+(`python benchmarks/validate_collectives.py tests/data/nccl --figure docs/collectives_validation.png`)
 
 ### Validation against published training throughputs
 
