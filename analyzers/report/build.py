@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzers.report import figures as figs
 from analyzers.report import fmt
 from analyzers.report.document import (
     Block,
@@ -260,6 +259,10 @@ def build_report(run: RunData, *, with_figures: bool = True,
                    Items(_headline_items(found), ordered=True)]
     blocks += [Heading(3, "Where the time went"), attribution_table(a)]
     if with_figures:
+        # imported here for startup cost only: matplotlib takes ~1 s to import, and a report
+        # without figures (Markdown, JSON) never needs it
+        from analyzers.report import figures as figs
+
         tick("figures")
         png = figs.attribution_bars(run)
         if png:
