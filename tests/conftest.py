@@ -45,7 +45,7 @@ def _from_source_tree() -> list[str]:
     """Loaded modules of the three packages that come from this source tree."""
     return sorted(name for name, m in list(sys.modules.items())
                   if name.split(".")[0] in PACKAGES and getattr(m, "__file__", None)
-                  and Path(m.__file__).resolve().is_relative_to(REPO))
+                  and Path(m.__file__).resolve().is_relative_to(REPO / name.split(".")[0]))
 
 
 def real_file(rel: str) -> Path:

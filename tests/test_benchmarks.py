@@ -19,7 +19,7 @@ QUICK = ("bench_costs.py", "bench_ingest.py", "bench_performance.py", "bench_rep
 
 def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    if Path(mtia_trace.__file__).resolve().is_relative_to(ROOT):  # testing the source tree
+    if Path(mtia_trace.__file__).resolve().is_relative_to(ROOT / "mtia_trace"):  # the source tree
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=timeout)
