@@ -203,7 +203,7 @@ def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
     text = render_markdown(build_report(run, with_figures=False))
     head = text.split("### Where the time went")[0]
     assert "Costing: **roofline**" in head and "of device-work time" in head
-    assert "1. Untracked host time is 9" in head and "**Host-bound" in head
+    assert "1. Unexplained host time is 9" in head and "**Host-bound" in head
     assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span
 
 
