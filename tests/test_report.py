@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import orjson
@@ -115,8 +116,9 @@ def test_progress_only_on_a_terminal(stream: io.StringIO, quiet: bool, shown: bo
         p.update("h100")
         p.update("mtia300")
     written = stream.getvalue()
-    assert ("replay [2/2] mtia300" in written) is shown
-    assert written == "" if not shown else written.endswith("\r")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written)
+    assert ("mtia-trace: replay [2/2] mtia300" in plain) is shown
+    assert written == "" if not shown else written.endswith("\x1b[2K")  # the line is cleared
 
 
 def _sweep(path: Path, axes: dict[str, list[str]], step: list[float]) -> Path:
