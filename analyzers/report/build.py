@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzers.report import figures as figs
 from analyzers.report import fmt
 from analyzers.report.document import (
     Block,
@@ -254,12 +253,19 @@ def build_report(run: RunData, *, with_figures: bool = True,
     for text in (_device_sentence(run, a), collective_sentence(run, a)):
         if text:
             blocks.append(Paragraph(text))
+    warned = list(getattr(run.meta, "warnings", None) or [])
+    if warned:  # what the ingest found wrong with the trace: the numbers below depend on it
+        blocks += [Heading(3, f"Trace warnings ({len(warned)})"), Items(warned)]
     found = findings(run, a)
     if found:
         blocks += [Heading(3, "Top bottlenecks (shares of the step)"),
                    Items(_headline_items(found), ordered=True)]
     blocks += [Heading(3, "Where the time went"), attribution_table(a)]
     if with_figures:
+        # imported here for startup cost only: matplotlib takes ~1 s to import, and a report
+        # without figures (Markdown, JSON) never needs it
+        from analyzers.report import figures as figs
+
         tick("figures")
         png = figs.attribution_bars(run)
         if png:
@@ -327,6 +333,7 @@ def report_dict(run: RunData) -> dict:
         "hardware": run.hardware,
         "tool_version": run.meta.tool_version,
         "traces": run.meta.trace_names,
+        "warnings": list(getattr(run.meta, "warnings", None) or []),
         "ranks": a.ranks,
         "steps": a.steps,
         "step_time_us": {"mean": a.step_us, "min": a.step_min_us, "max": a.step_max_us,
