@@ -61,8 +61,10 @@ def render_cli() -> str:
              "baseline run is missing. Ctrl-C stops any command with one line and exit code 130."
              "\n\nOne spelling per option: `-o/--output` for where results go, `--format` without "
              "a short form. Earlier spellings still work but are not listed below: `--out` "
-             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff) and "
-             "`--format markdown` (now `md`).\n\n"]
+             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff), `-f` for "
+             "`--file` (query), `--mode` for `--phase` (synth: `--mode` is costing in replay "
+             "and sweep) and `--format markdown` (now `md`). `analyze --format json` is one "
+             "object `{analyzer: rows}` for one analyzer or several.\n\n"]
     for name, _ in cmds[1:]:
         anchor = name.replace(" ", "-")
         lines.append(f"- [`{name}`](#{anchor})\n")
