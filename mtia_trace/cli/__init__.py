@@ -72,7 +72,7 @@ def _plain_metavar(param: Any, ctx: Any) -> None:
         if param.metavar is None and param.nargs == 1:
             param.metavar = param.name.upper()
         param.display_type_rich = _no_type  # type: ignore[method-assign]
-        param._usage_display_name = lambda p=param: _usage_name(p)  # type: ignore[method-assign]
+        param._usage_display_name = lambda p=param: _usage_name(p)  # type: ignore[method-assign,misc]
         return
     if param.metavar is None:
         kind = shown.strip("<>").removesuffix(" range").removeprefix("list[").rstrip("]")
@@ -83,7 +83,7 @@ def _plain_metavar(param: Any, ctx: Any) -> None:
 def _usage_name(param: Any) -> str:
     """An argument in the usage line as Unix usage writes it: ``TRACE``, ``[NAME]...`` (typer
     puts required ones in braces, ``{TRACE}``, which reads as literal braces)."""
-    name = param.display_name_raw
+    name = str(param.display_name_raw)
     if param.metavar is not None and (" " in name or "[" in name or name.endswith("...")):
         return name  # a metavar that spells out its own shape
     name = name if param.required else f"[{name}]"

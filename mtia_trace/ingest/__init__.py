@@ -79,7 +79,9 @@ def is_execution_trace(path: Path) -> bool:
         return False  # the reader words the error
     nodes = re.search(rb'"nodes"\s*:\s*\[', head)
     events = head.find(b'"traceEvents"')
-    return bool(nodes) and b'"schema"' in head and (events < 0 or events > nodes.start())
+    if nodes is None or b'"schema"' not in head:
+        return False
+    return events < 0 or events > nodes.start()
 
 
 def skipped_execution_traces(path: Path) -> list[Path]:
