@@ -93,3 +93,19 @@ def test_an_execution_trace_beside_a_kineto_trace_is_skipped_with_a_note(tmp_pat
     s = orjson.loads(out)
     assert s["ranks"] == [0] and len(s["files"]) == 1
     assert any("rank0_et.json.gz: a PyTorch execution trace" in w for w in s["warnings"])
+
+
+def test_hardware_table_has_plain_keys_units_only_if_any_and_whole_sources(tmp_path: Path,
+                                                                          cli) -> None:
+    from analyzers.report.build import _hardware_blocks
+    from analyzers.report.document import Table
+    from analyzers.report.run_data import load_run
+    code, _, err = cli("replay", GPU, "--hw", "mtia300", "-o", tmp_path / "run", "-q")
+    assert code == 0, err
+    table = next(b for b in _hardware_blocks(load_run(tmp_path / "run", analyses=False))
+                 if isinstance(b, Table) and "parameter" in b.columns)
+    keys = [r[0] for r in table.rows]
+    assert keys and not any(k.startswith("values.") for k in keys)
+    assert "unit" not in table.columns or any(r[table.columns.index("unit")] for r in table.rows)
+    sources = [r[table.columns.index("source")] for r in table.rows]
+    assert not any(s.endswith("…") for s in sources) and max(map(len, sources)) > 90

@@ -35,6 +35,7 @@ from analyzers.report.headline import (
     per_rank_collectives,
 )
 from analyzers.report.run_data import RunData
+from mtia_trace.escape import md_code
 from mtia_trace.run_meta import RunMeta
 from mtia_trace.schema import ATTRIBUTION
 
@@ -55,8 +56,9 @@ def spec_rows(meta: RunMeta) -> list[list[str]]:
 
     def walk(prefix: str, node: object) -> None:
         if isinstance(node, dict) and "value" in node:
-            rows.append([prefix, fmt.cell(node["value"]), str(node.get("unit", "")),
-                         _source(node.get("source", "")), str(node.get("confidence", ""))])
+            rows.append([prefix.removeprefix("values."), fmt.cell(node["value"]),
+                         str(node.get("unit", "")), str(node.get("source", "")),
+                         str(node.get("confidence", ""))])
         elif isinstance(node, dict):
             for k in node:
                 walk(f"{prefix}.{k}" if prefix else str(k), node[k])
@@ -70,11 +72,6 @@ def spec_rows(meta: RunMeta) -> list[list[str]]:
     if spec is not None:
         walk("", spec)
     return rows
-
-
-def _source(src: object) -> str:
-    text = str(src)
-    return text if len(text) <= 90 else text[:89] + "…"
 
 
 def flatten(node: object, prefix: str = "") -> list[list[str]]:
@@ -270,14 +267,16 @@ def build_report(run: RunData, *, with_figures: bool = True,
         png = figs.attribution_bars(run)
         if png:
             blocks.append(Figure("Step-time attribution per step and per rank.", png))
-        tl = figs.step_timeline(run)
-        if tl:
-            blocks.append(Figure(f"Replayed timeline of step {tl[1]} ({tl[2]}; a row per "
-                                 "thread / stream).", tl[0]))
+        # one picture of the step: the interactive timeline, the static one only without it
         data = figs.timeline_data(run)
         if data:
             blocks.append(Timeline(f"Interactive timeline of step {data['step']} "
                                    f"({data['selection']}).", data))
+        else:
+            tl = figs.step_timeline(run)
+            if tl:
+                blocks.append(Figure(f"Replayed timeline of step {tl[1]} ({tl[2]}; a row per "
+                                     "thread / stream).", tl[0]))
         png = figs.busy_vs_critical(run)
         if png:
             blocks.append(Figure("Busy vs critical-path time per component.", png))
@@ -304,10 +303,19 @@ def build_report(run: RunData, *, with_figures: bool = True,
 def _hardware_blocks(run: RunData) -> list[Block]:
     out: list[Block] = [Heading(2, "Hardware and assumptions")]
     rows = spec_rows(run.meta)
+    # the spec's own description (name, family, ...) is a sentence; its values are the table
+    about = [r for r in rows if "." not in r[0] and not r[3] and not r[4]]
+    rows = [r for r in rows if r not in about]
+    if about:
+        out.append(Paragraph("; ".join(f"{k}: {md_code(v) if k == 'overrides' and v else v}"
+                                       for k, v, *_ in about if v)))
     if rows:
         note = f"showing {MAX_SPEC_ROWS} of {len(rows)} parameters" if len(rows) > MAX_SPEC_ROWS else ""
-        out.append(Table(["parameter", "value", "unit", "source", "confidence"],
-                         rows[:MAX_SPEC_ROWS], ["l", "r", "l", "l", "l"], note))
+        cols = ["parameter", "value", "unit", "source", "confidence"]
+        keep = [i for i in range(5) if i != 2 or any(r[2] for r in rows)]  # no empty unit column
+        out.append(Table([cols[i] for i in keep], [[r[i] for i in keep] for r in rows[:MAX_SPEC_ROWS]],
+                         ["r" if i == 1 else "l" for i in keep], note,
+                         prose=(keep.index(3),)))
     else:
         out.append(Paragraph(f"Hardware **{run.hardware}**; run.json records no spec details."))
     opts = msgspec.to_builtins(run.meta.options)
