@@ -486,7 +486,11 @@ def render_sql() -> str:
            "`mtia-trace query RUN... \"SQL\"` runs read-only DuckDB SQL over one run, several, or "
            "a folder of runs (they stack into the same views). `--format table|csv|json|md|"
            "parquet`, `-f FILE` for the SQL, `--views` for `CREATE VIEW` statements usable in any "
-           "DuckDB. See [runs.md](runs.md) for the files behind the views.\n\n",
+           "DuckDB. See [runs.md](runs.md) for the files behind the views. Several statements "
+           "in one call are checked and the last one's rows are printed; `PIVOT`, `DESCRIBE` "
+           "and `SUMMARIZE` read like a `SELECT`; SQL may start with a `--` comment. A query "
+           "stops after `--timeout` seconds (default 600, `0`: none). BIT and BLOB columns "
+           "print as text.\n\n",
            f"Schema version {schema.SCHEMA_VERSION}. Times are microseconds on the trace's own "
            "clock (replayed times on the replay's clock, which starts where the trace does); "
            "sizes are bytes. Every view also has a leading `run` column: the run directory's "
