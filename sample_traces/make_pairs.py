@@ -217,8 +217,8 @@ def main() -> None:
         folder = args.out / f"{'ddp' if args.dp == 'ddp' else 'dp'}_{name}"
         if folder.exists():
             raise SystemExit(f"{folder}: exists; remove it or choose another OUT_DIR")
-        record(base, folder / "a", f"dp_{name}_a")
-        record(new, folder / "b", f"dp_{name}_b")
+        record(base, folder / "a", f"{folder.name}_a")
+        record(new, folder / "b", f"{folder.name}_b")
         (folder / "README.md").write_text(
             f"# {folder.name}\n\n{base.ranks} ranks, dense data parallel: {base.dp}; "
             f"b differs from a: {what}.\n")
