@@ -41,6 +41,8 @@ HINTS: dict[str, str] = {
     "host_untracked": "profile the host side (py-spy, record_function ranges around data loading "
                       "and Python between ops): the trace does not say what these gaps are",
     "idle": "look for data-loader stalls and host synchronizations between steps",
+    "host_wait": "look at what the waiting thread does after the work ends (CPU contention "
+                 "with other ranks and worker threads, descheduling)",
 }
 
 #: Findings smaller than this share of the step are not called bottlenecks.
@@ -93,7 +95,8 @@ def attribution(run: RunData) -> Attribution:
 
 @dataclass(frozen=True)
 class Finding:
-    key: str            # an ATTRIBUTION component, "host_untracked", "host_ops" or "straggler"
+    key: str            # an ATTRIBUTION component, "host_untracked", "host_wait", "host_ops"
+    #                     or "straggler"
     us_per_step: float  # critical-path microseconds per rank-step this finding explains
     share: float        # us_per_step / step time
     text: str           # one sentence with the numbers, shares always of the step
@@ -135,25 +138,37 @@ def _cap(text: str) -> str:
 
 @dataclass(frozen=True)
 class HostSplit:
-    """The critical path's host time, per rank-step: inside recorded ops, and everything else."""
+    """The critical path's host time, per rank-step: the own time of recorded ops (a leaf's run,
+    an op's self time), untracked gaps, and the rest (waits past a dependency's end: launch
+    latency, the return of a synchronize or ``work.wait()``)."""
 
     ops_us: float        # own time of host ops on the critical path
-    untracked_us: float  # host time no recorded op accounts for (gaps, launch / sync latency)
-    top_op: str | None   # the host op with most critical time
+    untracked_us: float  # gaps outside every recorded op: the steps' ``unexplained_us``
+    wait_us: float       # host time on the path after a dependency ended (launch / return lags)
+    top_op: str | None   # the host op with most critical own time
     top_op_us: float
 
 
 def host_split(run: RunData, a: Attribution) -> HostSplit:
-    crit = _critical(run)
     host = a.per_step_us["host"]
-    if crit.num_rows == 0 or a.rank_steps == 0 or "host_us" not in crit.column_names:
-        return HostSplit(0.0, host, None, 0.0)
+    untracked = (float(np.mean(_np(run.steps, "unexplained_us")))
+                 if a.rank_steps and "unexplained_us" in run.steps.column_names else 0.0)
+    crit = _critical(run)
+    if crit.num_rows == 0 or a.rank_steps == 0 or "critical_us" not in crit.column_names:
+        return HostSplit(0.0, untracked, max(host - untracked, 0.0), None, 0.0)
     ops = crit.filter(pc.invert(crit.column("is_device")))
-    v = _np(ops, "host_us").astype(float)
+    # the host part of each op's critical own time (a host op's own time is host cost, but a
+    # collective on a CPU worker thread is a transfer)
+    cost = np.zeros(ops.num_rows)
+    for c in ("compute", "fetch", "collective", "retry", "host"):
+        cost += _np(ops, f"{c}_us").astype(float)
+    hostf = np.divide(_np(ops, "host_us").astype(float), cost, out=np.zeros(len(cost)),
+                      where=cost > 0)
+    v = _np(ops, "critical_us").astype(float) * hostf
     ops_us = min(float(v.sum()) / a.rank_steps, host)
     key, top = _top_group(ops, ["name"], v)
-    return HostSplit(ops_us, max(host - ops_us, 0.0), str(key[0]) if key else None,
-                     top / a.rank_steps)
+    return HostSplit(ops_us, untracked, max(host - ops_us - untracked, 0.0),
+                     str(key[0]) if key else None, top / a.rank_steps)
 
 
 def _collective_text(run: RunData, a: Attribution) -> str:
@@ -254,9 +269,15 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
             if h.untracked_us / a.step_us >= MIN_SHARE:
                 out.append(Finding(
                     "host_untracked", h.untracked_us, h.untracked_us / a.step_us,
-                    f"Unexplained host time is {_of_step(h.untracked_us, a)}: host threads on "
-                    "the critical path outside every recorded op (Python, data loading, waits "
-                    "the trace does not record; launch and sync latency)", HINTS["host_untracked"]))
+                    f"Unexplained time is {_of_step(h.untracked_us, a)}: gaps on the critical "
+                    "path outside every recorded op that no dependency explains (Python, data "
+                    "loading, waits the trace does not record)", HINTS["host_untracked"]))
+            if h.wait_us / a.step_us >= MIN_SHARE:
+                out.append(Finding(
+                    "host_wait", h.wait_us, h.wait_us / a.step_us,
+                    f"Host waits past a dependency's end are {_of_step(h.wait_us, a)}: launch "
+                    "latency and the time a synchronize or collective wait took to return "
+                    "after the work it waited on ended", HINTS["host_wait"]))
             if h.ops_us / a.step_us >= MIN_SHARE:
                 text = f"Host ops on the critical path are {_of_step(h.ops_us, a)}"
                 if h.top_op:

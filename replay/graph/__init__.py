@@ -38,9 +38,11 @@ CPU-only traces: leaf host ops are the work. With a CPU backend (gloo) the ``c10
 the calling thread only enqueues; the instance of the same collective on another host thread
 (``gloo:*`` on ``pt_gloo_runloop``) is the transfer. The transfer instances are the ones matched
 across ranks; ``launch`` edge enqueue start → transfer start; a thread holding only transfers is
-scheduled like a stream (ready lag, no pinned gaps); ``sync`` edge transfer end → the first
-non-leaf-end point of the enqueuing thread at or after it (``work.wait()`` returning), whose
-measured gap keeps only the return latency.
+scheduled like a stream (ready lag, no pinned gaps); ``sync`` edge transfer end → the point of
+the enqueuing thread where it waits (``work.wait()`` returning; `replay.graph.waits`: right
+after the transfer for a synchronous collective, where the work object is waited on for an
+asynchronous one such as DDP's bucket all-reduces), whose measured gap keeps only the return
+latency.
 """
 
 from __future__ import annotations
@@ -49,13 +51,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from replay.graph.chains import (
     EDGE_CODE,
     Edges,
     _outside_events,
     chain_bases,
-    collective_waits,
     cross_edges,
     edges_table,
     point_chains,
@@ -66,6 +68,7 @@ from replay.graph.collectives import match_collectives
 from replay.graph.events import _is_in, event_arrays, event_times, time_keys
 from replay.graph.queue import queue_edges
 from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges, order_streams
+from replay.graph.waits import WAIT_CONSUMERS, collective_waits
 
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
            "time_keys"]
@@ -137,15 +140,21 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
     if len(coll.enq_dst):
-        wsrc, wk, wlag = collective_waits(ev, coll, ch)
-        np.minimum.at(ch.gap, wk, wlag)
+        step_mark = pc.starts_with(events.column("name"), "ProfilerStep#").fill_null(False)
+        wsrc, wk, wlag, seen, n_cons = collective_waits(
+            ev, coll, ch, _is_in(events, "name", WAIT_CONSUMERS),
+            events.column("parent_id").to_numpy().astype(np.int64),
+            step_mark.to_numpy(zero_copy_only=False).astype(bool))
+        np.minimum.at(ch.gap, wk[seen], wlag[seen])
         cross = Edges(np.concatenate([cross.src_pt, 2 * wsrc + 1]),
                       np.concatenate([cross.dst_pt, ch.order[wk]]),
                       np.concatenate([cross.lag, wlag]),
                       np.concatenate([cross.etype,
                                       np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)]))
         notes["collective_waits"] = len(wsrc)
-        unexplained_gap[wk] = False  # a collective wait's return latency
+        if n_cons:
+            notes["collective_waits_at_consumers"] = n_cons
+        unexplained_gap[wk[seen]] = False  # a collective wait's return latency
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
                  gap=ch.gap, leaf_end=ch.leaf_end, base=chain_bases(ev, ch), src_pt=cross.src_pt,
                  dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
