@@ -29,8 +29,11 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
   host ops, consecutive stream ops) with their lags.
 
 Ready lag of a device event: measured start − the latest measured end (start, for launches) of
-its inputs. It is kernel-launch / inter-kernel latency; it is capped at ``max_ready_lag_us`` so a
-start delayed by a dependency the graph lacks is *not* absorbed (that shows up as replay error).
+its inputs. It is kernel-launch / inter-kernel latency, and where it is longer, a wait on something
+the trace does not record: kept by default, the part the launch latency does not explain counted
+as *unexplained* (never silently re-timed); a strict replay drops it (`replay.pipeline`).
+``max_ready_lag_us`` caps it instead (none by default); lags beyond `MAX_READY_LAG_US` are the
+starts `replay.validation` reports as ones the graph does not explain.
 CPU-only traces: leaf host ops are the work. With a CPU backend (gloo) the ``c10d::*`` op on
 the calling thread only enqueues; the instance of the same collective on another host thread
 (``gloo:*`` on ``pt_gloo_runloop``) is the transfer. The transfer instances are the ones matched
@@ -66,7 +69,8 @@ from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges,
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
            "time_keys"]
 
-#: Default cap on a device event's ready lag (launch latency / inter-kernel gap), in us.
+#: A device event's ready lag beyond this (us) is a wait the graph does not explain, not launch
+#: latency (reported by `replay.validation`; a cap when passed as ``max_ready_lag_us``).
 MAX_READY_LAG_US = 1000.0
 
 
@@ -101,7 +105,7 @@ class Graph:
     unexplained_gap: np.ndarray | None = None
 
 
-def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_LAG_US) -> Graph:
+def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
     """Build the point chains and cross-track edges of ``events`` (canonical schema).
 
     The stages, in order, each a function over one `EventArrays` (``events``: reading the
