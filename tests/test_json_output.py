@@ -76,7 +76,7 @@ def test_hw_list_and_show(cli) -> None:
 def test_whatif_json_is_a_list_of_group_rows(cli) -> None:
     rows = _json(cli, "whatif", CPU_TRACE, "--top", "2", "-q")
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == {"group", "by", "busy_us", "step_us", "step_2x_us", "gain_2x_us",
+    assert all(set(r) == {"group", "selects", "by", "busy_us", "step_us", "step_2x_us", "gain_2x_us",
                           "step_zero_us", "gain_zero_us"} for r in rows)
     assert rows[0]["gain_2x_us"] >= rows[1]["gain_2x_us"]
 

@@ -15,8 +15,8 @@ from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run, run_from_result
 from mtia_trace.progress import Progress
 from mtia_trace.schema import ATTRIBUTION
-from tests.conftest import REAL, requires_real
 from tests.conftest import invoke_cli as cli
+from tests.conftest import real_file, requires_real
 
 GOLDEN = Path(__file__).parent / "golden" / "report_sample.md"
 
@@ -190,9 +190,7 @@ def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """The MTIA training trace is host-bound: 99% of its step is host time no recorded op
     accounts for, and it falls back to roofline costing with flops known for a small share."""
-    trace = REAL / "hta" / "mtia_trace_single_rank"
-    if not trace.is_dir():
-        pytest.skip("hta/mtia_trace_single_rank not found")
+    trace = real_file("hta/mtia_trace_single_rank")
     code = cli(["replay", str(trace), "--hw", "mtia300", "--out", str(tmp_path / "run"), "-q"],
                capsys)[0]
     assert code == 0
@@ -205,7 +203,7 @@ def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
     text = render_markdown(build_report(run, with_figures=False))
     head = text.split("### Where the time went")[0]
     assert "Costing: **roofline**" in head and "of device-work time" in head
-    assert "1. Untracked host time is 9" in head and "**Host-bound" in head
+    assert "1. Unexplained host time is 9" in head and "**Host-bound" in head
     assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span
 
 

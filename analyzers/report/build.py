@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzers.report import figures as figs
 from analyzers.report import fmt
 from analyzers.report.document import (
     Block,
@@ -220,8 +219,8 @@ def _device_sentence(run: RunData, a: Attribution) -> str | None:
         return fmt.pct(float(np.sum(_np(rows, col))) / w)
 
     return (f"Devices busy **{share('busy_us')}** of the step wall time (any stream running: "
-            f"compute {share('compute_us')}, communication {share('comm_us')}, memory "
-            f"{share('memory_us')}), idle {share('idle_us')}, per stream in the device_time "
+            f"kernels {share('kernel_us')}, collectives {share('collective_us')}, copies "
+            f"{share('copy_us')}), idle {share('idle_us')}, per stream in the device_time "
             f"table; the critical path spends {fmt.pct(device_share(a))} of the step in device "
             "work and communication.")
 
@@ -254,12 +253,19 @@ def build_report(run: RunData, *, with_figures: bool = True,
     for text in (_device_sentence(run, a), collective_sentence(run, a)):
         if text:
             blocks.append(Paragraph(text))
+    warned = list(getattr(run.meta, "warnings", None) or [])
+    if warned:  # what the ingest found wrong with the trace: the numbers below depend on it
+        blocks += [Heading(3, f"Trace warnings ({len(warned)})"), Items(warned)]
     found = findings(run, a)
     if found:
         blocks += [Heading(3, "Top bottlenecks (shares of the step)"),
                    Items(_headline_items(found), ordered=True)]
     blocks += [Heading(3, "Where the time went"), attribution_table(a)]
     if with_figures:
+        # imported here for startup cost only: matplotlib takes ~1 s to import, and a report
+        # without figures (Markdown, JSON) never needs it
+        from analyzers.report import figures as figs
+
         tick("figures")
         png = figs.attribution_bars(run)
         if png:
@@ -327,6 +333,7 @@ def report_dict(run: RunData) -> dict:
         "hardware": run.hardware,
         "tool_version": run.meta.tool_version,
         "traces": run.meta.trace_names,
+        "warnings": list(getattr(run.meta, "warnings", None) or []),
         "ranks": a.ranks,
         "steps": a.steps,
         "step_time_us": {"mean": a.step_us, "min": a.step_min_us, "max": a.step_max_us,
@@ -337,7 +344,7 @@ def report_dict(run: RunData) -> dict:
         "costing": costing(run.meta),
         "host_bound": host_bound(a),
         "device_share_of_critical_path": device_share(a) if a.step_us > 0 else None,
-        "host_split_us_per_rank_step": {"ops": hs.ops_us, "untracked": hs.untracked_us},
+        "host_split_us_per_rank_step": {"ops": hs.ops_us, "unexplained": hs.untracked_us},
         "rank_collectives_us_per_rank_step": per_rank_collectives(run),
         "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
                          "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],

@@ -254,7 +254,7 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
             if h.untracked_us / a.step_us >= MIN_SHARE:
                 out.append(Finding(
                     "host_untracked", h.untracked_us, h.untracked_us / a.step_us,
-                    f"Untracked host time is {_of_step(h.untracked_us, a)}: host threads on "
+                    f"Unexplained host time is {_of_step(h.untracked_us, a)}: host threads on "
                     "the critical path outside every recorded op (Python, data loading, waits "
                     "the trace does not record; launch and sync latency)", HINTS["host_untracked"]))
             if h.ops_us / a.step_us >= MIN_SHARE:

@@ -122,7 +122,7 @@ def replay(
         return
     for h in hws:
         if not quiet:
-            typer.echo(f"\n{h}: attribution per step (mean over ranks, us)")
+            typer.echo(f"\n{h}: attribution per step (mean over ranks)")
             typer.echo(render_table(step_table(steps[h])), nl=False)
         typer.echo(f"run written to {dests[h]}")
     if same:

@@ -21,6 +21,9 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
   call and finished before it returned → the call's *end*; the call's own duration becomes its
   return latency ``r`` (time from the device finishing to the call returning, at most its measured
   duration), so the wait itself comes out of the graph;
+- ``queue``: a launch call blocked by its stream's full launch queue waits for the op that frees
+  its slot (op end → call end, with the call's return latency, which is then all it costs);
+  every other launch waits for the op a queue depth before it (`replay.graph.queue`);
 - ``collective``: instances of one collective (same process group and sequence number) on
   different ranks start together when the last one is ready. The measured duration of a matched
   instance includes its wait for peers; its transfer part (own end − last arrival) is what gets
@@ -64,6 +67,7 @@ from replay.graph.chains import (
 )
 from replay.graph.collectives import match_collectives
 from replay.graph.events import _is_in, event_arrays, event_times, time_keys
+from replay.graph.queue import queue_edges
 from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges, order_streams
 
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
@@ -103,6 +107,9 @@ class Graph:
     #   per event: part of its ready lag no modelled latency explains (us); replay.pipeline sets
     #   it from the models' launch latencies (none: the whole lag)
     unexplained_gap: np.ndarray | None = None
+    queue_lag: np.ndarray | None = None
+    #   per event: a launch blocked by its full queue: its return latency after the op that freed
+    #   its slot ended (what it is costed at), nan otherwise (`replay.graph.queue`)
 
 
 def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
@@ -117,8 +124,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     st = order_streams(ev, lc)
     ds_src, ds_dst, n_ds = device_wait_edges(ev, st)
     hs_src, hs_dst, sync_lag, n_hs = host_sync_edges(ev, lc, st)
+    q_src, q_dst, q_lag, queue_lag, n_q = queue_edges(ev, lc, st, sync_lag)
     coll, n_coll = match_collectives(ev)
-    notes |= n_ds | n_hs | n_coll
+    notes |= n_ds | n_hs | n_q | n_coll
     # events scheduled like stream work: device events and those on worker threads
     on_worker = coll.worker_tr[ev.tr_of] if ev.n else np.zeros(0, dtype=bool)
     streamlike = ev.is_dev | on_worker
@@ -127,7 +135,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     ready_lag, via_launch, n_ready = ready_lags(ev, lc, prev, (ds_src, ds_dst), coll, streamlike,
                                                 max_ready_lag_us)
     notes |= n_ready
-    cross = cross_edges(lc, (ds_src, ds_dst), (hs_src, hs_dst), coll, ready_lag, sync_lag)
+    cross = cross_edges(lc, (ds_src, ds_dst), (hs_src, hs_dst), coll, ready_lag, sync_lag,
+                        (q_src, q_dst, q_lag))
     ch = point_chains(ev, tr_chain, chain_ids)
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
@@ -147,4 +156,4 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
                  edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
-                 unexplained_gap=unexplained_gap)
+                 unexplained_gap=unexplained_gap, queue_lag=queue_lag)
