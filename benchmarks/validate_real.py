@@ -50,7 +50,7 @@ def verdict_of(events, trace) -> tuple[str, dict]:  # noqa: ANN001
 
     res = replay_events(events)
     v = verdict(run_from_result(res, name="run"))
-    return v.label, {"busy": v.devices_busy, "queue": v.max_queued}
+    return v.label, {"busy": v.devices_busy, "queue": v.max_queued, "full": v.queue_full}
 
 
 def main() -> None:
@@ -70,11 +70,18 @@ def main() -> None:
         lat = float(load_spec(source).value("host.kernel_launch_us")) if source else None
         v = validate_events(events, lat, source)
         d, sd = v.device_start, v.strict_device_start
-        unrep = ", ".join(f"{k} {n}" for k, n in v.unreproducible().items()) or "-"
+        u = v.unreproducible()
+        unrep = ", ".join(x for x in (
+            f"{int(u['device_events_without_launch']):,} device events without launch"
+            if "device_events_without_launch" in u else "",
+            f"{int(u['device_starts_unexplained']):,} starts > 1 ms after every input "
+            f"({u['device_starts_unexplained_us'] / 1e3:,.1f} ms)"
+            if "device_starts_unexplained" in u else "") if x) or "-"
         try:
             label, m = verdict_of(events, tr)
             busy = "-" if m["busy"] is None else f"{m['busy']:.0%}"
-            verdict = f"{label} ({busy}, {m['queue']})"
+            q = "-" if m["queue"] is None else f"{m['queue']:,}{' full' if m['full'] else ''}"
+            verdict = f"{label} ({busy}, {q})"
         except ImportError:
             verdict = "-"
         dev = f"{d.median:.2%} / {d.p90:.2%}" if d.events else "no device events"

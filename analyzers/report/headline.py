@@ -11,7 +11,9 @@ import pyarrow.compute as pc
 from analyzers import rank_collectives
 from analyzers.report import fmt
 from analyzers.report.run_data import RunData
-from mtia_trace.schema import ATTRIBUTION
+from mtia_trace.run_meta import AS_MEASURED
+from mtia_trace.schema import ATTRIBUTION, DEVICE_KINDS
+from replay.intervals import covered, union
 
 #: Plain-words name of each attribution component.
 WORDS: dict[str, str] = {
@@ -236,6 +238,131 @@ def device_share(a: Attribution) -> float:
 
 def host_bound(a: Attribution) -> bool:
     return a.step_us > 0 and device_share(a) < HOST_BOUND_DEVICE_SHARE
+
+
+#: Measured devices busy more than this share of the step: the step is not host-bound on the
+#: measured hardware, whatever the critical path says.
+BUSY_DEVICE_SHARE = 0.5
+COMM_COMPONENTS = ("collective", "peer_wait", "queue", "retry")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The headline verdict: from the replay's critical path, checked against what the trace
+    measures before it is printed.
+
+    ``label``: ``host-bound``, ``device-bound`` or ``communication-bound`` (the largest of the
+    critical path's host, device-work and communication time), or ``unsettled`` when an
+    as-measured replay's critical path says host-bound while the trace measures devices busy
+    more than `BUSY_DEVICE_SHARE` of the step or a launch queue full: the replay then misses a
+    wait on the device, and no verdict is printed as settled. ``hardware_neutral``: the step is
+    host-bound with the critical path under `HOST_BOUND_DEVICE_SHARE` in device work and nothing
+    measured contradicts it, the only case where the report says the hardware does not change
+    the step."""
+
+    label: str
+    critical: dict[str, float]      # share of the step on the critical path: host, device, comm
+    devices_busy: float | None      # measured: any device stream running, share of step wall
+    max_queued: int | None          # measured: most launches outstanding on one stream
+    queue_full: bool                # measured: a launch queue filled (launch calls blocked)
+    blocked_launches: int
+    thread_waits: int               # cross-thread waits the graph inferred
+    conflicts: tuple[str, ...]      # measures that contradict the critical path
+    hardware_neutral: bool
+
+    def sentence(self) -> str:
+        crit = ", ".join(f"{k} {fmt.pct(v)}" for k, v in self.critical.items())
+        measured = []
+        if self.devices_busy is not None:
+            measured.append(f"devices busy {fmt.pct(self.devices_busy)} of the step")
+        if self.max_queued is not None:
+            measured.append(f"launch queue up to {self.max_queued:,} deep"
+                            + (f", {self.blocked_launches:,} launches blocked on a full queue"
+                               if self.queue_full else ""))
+        if self.thread_waits:
+            measured.append(f"{self.thread_waits:,} cross-thread waits")
+        seen = f" The trace measures {', '.join(measured)}." if measured else ""
+        if self.label == "unsettled":
+            return (f"**Verdict unsettled.** The replay's critical path is mostly host time "
+                    f"({crit}), but {' and '.join(self.conflicts)}: the host time is likely "
+                    "waiting on the devices in a way the dependency graph does not model (see "
+                    f"`mtia-trace validate --strict`), so it is not called host-bound.{seen}")
+        if self.hardware_neutral:
+            return (f"**Host-bound: the hardware does not change this step.** The critical path "
+                    f"spends only {fmt.pct(self.critical['device'] + self.critical['communication'])}"
+                    f" of the step in device work and communication ({crit}); any target gives "
+                    f"about the same step time until the host side gets faster.{seen}")
+        text = f"**{_cap(self.label)}** on the replay's critical path ({crit})."
+        if self.conflicts:
+            text += (f" On the measured hardware {' and '.join(self.conflicts)}: this target "
+                     "changes the step, the measured run was not host-bound.")
+        return text + seen
+
+
+def _measured_busy(run: RunData) -> float | None:
+    """Share of the measured step wall time (per rank and step, from the first to the last
+    measured event of the step) in which any device work ran; None without device work."""
+    ev = run.events
+    if ev.num_rows == 0:
+        return None
+    kind = _np(ev, "kind").astype(str)
+    dev = _np(ev, "is_device").astype(bool) & np.isin(kind, DEVICE_KINDS)
+    if not dev.any():
+        return None
+    rank, step = _np(ev, "rank"), _np(ev, "step")
+    ts = _np(ev, "ts_us").astype(float)
+    end = ts + np.nan_to_num(_np(ev, "dur_us").astype(float))
+    busy = window = 0.0
+    for r in np.unique(rank):  # ranks: few
+        mine = rank == r
+        seg_s, seg_e = union(ts[mine & dev], end[mine & dev])
+        st = step[mine]
+        inside = st >= 0
+        if not inside.any():
+            continue
+        keys, inv = np.unique(st[inside], return_inverse=True)
+        lo = np.full(len(keys), np.inf)
+        hi = np.full(len(keys), -np.inf)
+        np.minimum.at(lo, inv, ts[mine][inside])
+        np.maximum.at(hi, inv, end[mine][inside])
+        busy += float(covered(seg_s, seg_e, lo, hi).sum())
+        window += float((hi - lo).sum())
+    return busy / window if window > 0 else None
+
+
+def verdict(run: RunData, a: Attribution | None = None) -> Verdict:
+    """The checked verdict (`Verdict`)."""
+    a = a or attribution(run)
+    step = a.step_us if a.step_us > 0 else float("nan")
+    dev = sum(a.per_step_us[c] for c in ("compute", "fetch"))
+    comm = sum(a.per_step_us[c] for c in COMM_COMPONENTS)
+    host = a.per_step_us["host"] + a.per_step_us["idle"]
+    critical = {"host": host / step, "device": dev / step, "communication": comm / step}
+    label = max(("host-bound", host), ("device-bound", dev), ("communication-bound", comm),
+                key=lambda kv: kv[1])[0]
+    notes = (run.meta.assumptions.model or {}) if run.meta.assumptions else {}
+    lq = notes.get("launch_queue") or {}
+    max_q = int(lq["outstanding_max"]) if lq.get("outstanding_max") else None
+    blocked = int(lq.get("blocked_launches") or 0)
+    full = bool(lq.get("streams_full")) and blocked > 0
+    busy = _measured_busy(run)
+    thread = 0
+    if run.edges.num_rows and "type" in run.edges.column_names:
+        thread = int(pc.sum(pc.equal(run.edges.column("type"), "thread")).as_py() or 0)
+    conflicts = []
+    if busy is not None and busy > BUSY_DEVICE_SHARE:
+        conflicts.append(f"the trace measures devices busy {fmt.pct(busy)} of the step")
+    if full:
+        conflicts.append(f"a launch queue filled ({blocked:,} launch calls blocked)")
+    as_measured = run.meta.hardware == AS_MEASURED
+    if label != "host-bound":
+        conflicts = []
+    elif conflicts and as_measured:
+        label = "unsettled"
+    neutral = (label == "host-bound" and not conflicts and a.step_us > 0
+               and device_share(a) < HOST_BOUND_DEVICE_SHARE)
+    return Verdict(label, critical, busy, max_q, full, blocked, thread, tuple(conflicts),
+                   neutral)
 
 
 def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:

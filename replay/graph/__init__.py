@@ -55,6 +55,7 @@ import pyarrow as pa
 
 from replay.graph.chains import (
     EDGE_CODE,
+    Chains,
     Edges,
     _outside_events,
     chain_bases,
@@ -66,7 +67,7 @@ from replay.graph.chains import (
     stream_chains,
 )
 from replay.graph.collectives import match_collectives
-from replay.graph.events import _is_in, event_arrays, event_times, time_keys
+from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
 from replay.graph.queue import queue_edges
 from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges, order_streams
 
@@ -107,6 +108,10 @@ class Graph:
     #   per event: part of its ready lag no modelled latency explains (us); replay.pipeline sets
     #   it from the models' launch latencies (none: the whole lag)
     unexplained_gap: np.ndarray | None = None
+    pinned_us: np.ndarray | None = None
+    #   per point: how far its base was moved to its measured start (a stream's first event with
+    #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
+    #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
     queue_lag: np.ndarray | None = None
     #   per event: a launch blocked by its full queue: its return latency after the op that freed
     #   its slot ended (what it is costed at), nan otherwise (`replay.graph.queue`)
@@ -150,10 +155,30 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                                       np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)]))
         notes["collective_waits"] = len(wsrc)
         unexplained_gap[wk] = False  # a collective wait's return latency
+    base = chain_bases(ev, ch)
+    pinned = _pin_inputless_starts(ev, ch, base, cross)
+    notes["device_starts_without_input"] = int((pinned > 0).sum())
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
-                 gap=ch.gap, leaf_end=ch.leaf_end, base=chain_bases(ev, ch), src_pt=cross.src_pt,
+                 gap=ch.gap, leaf_end=ch.leaf_end, base=base, src_pt=cross.src_pt,
                  dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
                  sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
                  edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
-                 unexplained_gap=unexplained_gap, queue_lag=queue_lag)
+                 unexplained_gap=unexplained_gap, queue_lag=queue_lag, pinned_us=pinned)
+
+
+def _pin_inputless_starts(ev: EventArrays, ch: Chains, base: np.ndarray, cross: Edges
+                          ) -> np.ndarray:
+    """In place: a stream-like track's first event with no incoming edge starts no earlier than
+    measured (its base was its rank's start). Returns, per point, how far each base moved."""
+    pinned = np.zeros(2 * ev.n)
+    nonempty = np.flatnonzero(ch.track_ptr[1:] > ch.track_ptr[:-1])
+    if not len(nonempty):
+        return pinned
+    fp = ch.order[ch.track_ptr[nonempty]]
+    fp = fp[ch.track_is_device[nonempty] & (fp % 2 == 0)]
+    fp = fp[~np.isin(fp, cross.dst_pt)]
+    new = np.maximum(base[fp], ch.ptime[fp])
+    pinned[fp] = new - base[fp]
+    base[fp] = new
+    return pinned
