@@ -435,3 +435,36 @@ def collective_sentence(run: RunData, a: Attribution) -> str | None:
 
 def top_bottlenecks(run: RunData, n: int = 3) -> list[Finding]:
     return findings(run)[:n]
+
+
+#: Costing fell back when events with flops/bytes cover less than this share of device-work time.
+PRICED_MIN_SHARE = 0.5
+
+
+def identical_reason(run: RunData, others: list[RunData]) -> str:
+    """Why ``run`` and ``others`` (the same trace on other targets) give identical results, in
+    one sentence: roofline costing fell back to measured durations (priced work under
+    `PRICED_MIN_SHARE` of device time), else the checked verdict."""
+    names = " and ".join(r.hardware for r in [run, *others])
+    notes = [(r.meta.assumptions.model or {}) if r.meta.assumptions else {}
+             for r in [run, *others]]
+    # roofline prices only events with flops/bytes; the rest keep their measured durations
+    fracs = [float(n["priced_work_time_fraction"]) for n in notes
+             if n.get("mode") == "roofline" and n.get("priced_work_time_fraction") is not None]
+    if fracs and min(fracs) < PRICED_MIN_SHARE:
+        return (f"{names} give identical step times and attribution because costing fell back: "
+                f"events with flops/bytes cover only {fmt.pct(min(fracs))} of device-work time "
+                f"(under {fmt.pct(PRICED_MIN_SHARE)}), and in roofline mode the rest keeps its "
+                "measured duration on every target. To compare targets, name the hardware the "
+                "trace was measured on (--source-hw NAME: --mode auto then scales measured "
+                "times), use --mode scaled with it, or add a spec for that device "
+                "(mtia-trace hw show)")
+    v = verdict(run)
+    if v.hardware_neutral:
+        return (f"{names} give identical step times and attribution: the step is host-bound, "
+                "the hardware does not change it (see `mtia-trace report` for where the host "
+                "time goes)")
+    why = (" and ".join(v.conflicts) if v.conflicts else
+           f"the critical path is {fmt.pct(v.critical['host'])} host time")
+    return (f"{names} give identical step times and attribution, but {why}: the replay likely "
+            "misses a wait on the devices (check `mtia-trace validate --strict`)")
