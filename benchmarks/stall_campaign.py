@@ -1,14 +1,14 @@
 """Fault campaign: a 600 us stall injected into every real trace and every bundled sample, and
 what each replay shows of it (not a timing benchmark).
 
-Per trace and fault (tests/faults.py: ``kernel``, a device event a synchronize waits for starts
+Per trace and fault (tests/stall_faults.py: ``kernel``, a device event a synchronize waits for starts
 late; ``host``, the process stops between two host ops): the stall as measured, the growth of
 the default replay's ``unexplained_us``, how much of it the strict replay carries, and how much
 a target replay (``--hw``, default h100) carries and labels as unexplained. ``seen`` is yes when
 every replay shows at least half of it (the default as unexplained time, the strict one as
 error, the target one either way). Exits 1 when any fault goes unseen.
 
-    python benchmarks/fault_campaign.py [--real DIR] [--hw h100] [--only SUBSTRING]
+    python benchmarks/stall_campaign.py [--real DIR] [--hw h100] [--only SUBSTRING]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from faults import FAULTS, inject, seen  # noqa: E402
+from stall_faults import FAULTS, inject, seen  # noqa: E402
 from validate_real import DEFAULT_REAL, real_traces  # noqa: E402
 
 from mtia_trace.ingest import load  # noqa: E402

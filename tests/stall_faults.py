@@ -1,4 +1,4 @@
-"""Injected faults, shared by tests/test_faults.py (a few traces) and benchmarks/fault_campaign.py
+"""Injected faults, shared by tests/test_stall_faults.py (a few traces) and benchmarks/stall_campaign.py
 (every real trace and sample): a stall the trace's dependencies do not explain is inserted into
 a canonical events table, and `seen` asserts that `validate` (the strict error) or
 ``unexplained_us`` shows it in every replay: the default one, the strict one and a target one.
@@ -8,7 +8,7 @@ Two faults, each of ``STALL_US`` on one rank:
 - ``kernel``: a device event that a host synchronize waits for (a ``sync`` edge from its end)
   starts later: it and everything after it on its stream move, the synchronize returns later,
   and everything on the rank after the synchronize's return moves; host ops spanning that return
-  (the synchronize, its parents, the step) get longer. On a CPU trace the device event is a
+  (the synchronize, its parents, the step) and the synchronize's device-side marker get longer. On a CPU trace the device event is a
   collective transfer on a worker thread and the synchronize is ``work.wait()``.
 - ``host``: the host process stops between two host ops: at a moment inside a step where no host
   op of the rank runs (annotations aside), everything later on the rank moves and what spans
@@ -90,7 +90,9 @@ def kernel_fault(events: pa.Table, g: Graph, d: float = STALL_US) -> tuple[pa.Ta
     mine = rank == rank[k]
     track = _np(events, "track").astype(str)
     move = mine & (((track == track[k]) & (ts >= ts[k])) | (ts >= t_s))
-    grow = mine & ~is_dev & (ts < t_s) & (end >= t_s)
+    # host ops and device sync markers (the device side of a synchronize) spanning the return
+    marker = is_dev & (_np(events, "kind").astype(str) == "sync")
+    grow = mine & (~is_dev | marker) & (ts < t_s) & (end >= t_s)
     name = str(_np(events, "name")[k])
     return _shifted(events, move, grow, d), Fault("kernel", int(rank[k]), int(step[dst[i]]),
                                                    float(ts[k]), name)
