@@ -90,7 +90,10 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     lag[into] = lag_ev[g.dst_pt[into] // 2]
     notes = {"launch_latency": {"source_us": source_us, "target_us": target_us,
                                 "modelled_us": tgt_v, "strict": bool(strict)}}
-    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag,
+    base = g.base
+    if strict and g.pinned_us is not None and g.pinned_us.any():
+        base = g.base - g.pinned_us  # an input-less first start: back to its rank's start
+    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag, base=base,
                               unexplained_lag=np.zeros(g.n) if strict else u)
     return out, notes
 

@@ -176,12 +176,12 @@ def test_costing_line_names_the_effective_mode_and_its_coverage() -> None:
         {"assumptions": {"model": {"costing": "as-measured"}}})) or "")
 
 
-def test_identical_targets_are_called_host_bound() -> None:
+def test_identical_targets_are_flagged() -> None:
     from mtia_trace.cli.replay_cmd import identical_targets
 
     steps = report_sample.build_run().steps
     other = report_sample.build_run(gemm_us=440.0).steps
-    assert "host-bound" in (identical_targets({"a": steps, "b": steps}, ["a", "b"]) or "")
+    assert "identical" in (identical_targets({"a": steps, "b": steps}, ["a", "b"]) or "")
     assert identical_targets({"a": steps, "b": other}, ["a", "b"]) is None
     assert identical_targets({"a": steps}, ["a"]) is None
 
