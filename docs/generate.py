@@ -64,8 +64,10 @@ def render_cli() -> str:
              "baseline run is missing. Ctrl-C stops any command with one line and exit code 130."
              "\n\nOne spelling per option: `-o/--output` for where results go, `--format` without "
              "a short form. Earlier spellings still work but are not listed below: `--out` "
-             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff) and "
-             "`--format markdown` (now `md`).\n\n"]
+             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff), `-f` for "
+             "`--file` (query), `--mode` for `--phase` (synth: `--mode` is costing in replay "
+             "and sweep) and `--format markdown` (now `md`). `analyze --format json` is one "
+             "object `{analyzer: rows}` for one analyzer or several.\n\n"]
     for name, _ in cmds[1:]:
         anchor = name.replace(" ", "-")
         lines.append(f"- [`{name}`](#{anchor})\n")
@@ -487,7 +489,11 @@ def render_sql() -> str:
            "`mtia-trace query RUN... \"SQL\"` runs read-only DuckDB SQL over one run, several, or "
            "a folder of runs (they stack into the same views). `--format table|csv|json|md|"
            "parquet`, `-f FILE` for the SQL, `--views` for `CREATE VIEW` statements usable in any "
-           "DuckDB. See [runs.md](runs.md) for the files behind the views.\n\n",
+           "DuckDB. See [runs.md](runs.md) for the files behind the views. Several statements "
+           "in one call are checked and the last one's rows are printed; `PIVOT`, `DESCRIBE` "
+           "and `SUMMARIZE` read like a `SELECT`; SQL may start with a `--` comment. A query "
+           "stops after `--timeout` seconds (default 600, `0`: none). BIT and BLOB columns "
+           "print as text.\n\n",
            f"Schema version {schema.SCHEMA_VERSION}. Times are microseconds on the trace's own "
            "clock (replayed times on the replay's clock, which starts where the trace does); "
            "sizes are bytes. Every view also has a leading `run` column: the run directory's "

@@ -55,7 +55,8 @@ def test_self_contained(html: str) -> None:
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in html
     figures = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(figures) == 3  # attribution bars, timeline, busy vs exposed
+    # attribution bars, busy vs exposed; the step itself once, as the interactive timeline
+    assert len(figures) == 2 and html.count('<script type="application/json">') == 1
     for data in figures:
         img = Image.open(io.BytesIO(base64.b64decode(data)))
         assert img.format == "PNG" and img.width > 300 and img.height > 150
