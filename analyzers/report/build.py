@@ -33,6 +33,7 @@ from analyzers.report.headline import (
     host_bound,
     host_split,
     per_rank_collectives,
+    verdict,
 )
 from analyzers.report.run_data import RunData
 from mtia_trace.escape import md_code
@@ -242,11 +243,8 @@ def build_report(run: RunData, *, with_figures: bool = True,
     blocks += [Heading(2, "Headline"), Paragraph(_step_sentence(a))]
     if a.rank_steps == 0:
         blocks.append(Paragraph("The run has no steps; nothing to attribute."))
-    if host_bound(a):
-        blocks.append(Paragraph(
-            f"**Host-bound: the hardware does not change this step.** The critical path spends "
-            f"only {fmt.pct(device_share(a))} of the step in device work and communication; "
-            "any target gives about the same step time until the host side gets faster."))
+    if a.rank_steps:
+        blocks.append(Paragraph(verdict(run, a).sentence()))
     for text in (_device_sentence(run, a), collective_sentence(run, a)):
         if text:
             blocks.append(Paragraph(text))
@@ -329,6 +327,17 @@ def _hardware_blocks(run: RunData) -> list[Block]:
     return out
 
 
+def _verdict_dict(run: RunData, a: Attribution) -> dict | None:
+    if not a.rank_steps:
+        return None
+    v = verdict(run, a)
+    return {"label": v.label, "critical_share": v.critical, "devices_busy": v.devices_busy,
+            "max_queued": v.max_queued, "queue_full": v.queue_full,
+            "blocked_launches": v.blocked_launches, "thread_waits": v.thread_waits,
+            "conflicts": list(v.conflicts), "hardware_neutral": v.hardware_neutral,
+            "text": v.sentence()}
+
+
 def report_dict(run: RunData) -> dict:
     """Everything the report says, as plain data for machines."""
     a = attribution(run)
@@ -351,8 +360,10 @@ def report_dict(run: RunData) -> dict:
         "busy_us_per_rank_step": a.busy_per_step_us,
         "costing": costing(run.meta),
         "host_bound": host_bound(a),
+        "verdict": _verdict_dict(run, a),
         "device_share_of_critical_path": device_share(a) if a.step_us > 0 else None,
-        "host_split_us_per_rank_step": {"ops": hs.ops_us, "unexplained": hs.untracked_us},
+        "host_split_us_per_rank_step": {"ops": hs.ops_us, "unexplained": hs.untracked_us,
+                                        "wait": hs.wait_us},
         "rank_collectives_us_per_rank_step": per_rank_collectives(run),
         "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
                          "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],

@@ -101,7 +101,8 @@ def _plain_metavars(cmd: Any) -> None:
 def load_command(name: str) -> Any:
     """Import the module of command `name` and build its click command."""
     _, module, attr, _ = next(c for c in COMMANDS if c[0] == name)
-    target = getattr(importlib.import_module(f"mtia_trace.cli.{module}"), attr)
+    mod = importlib.import_module(f"mtia_trace.cli.{module}")
+    target = getattr(mod, attr)
     if isinstance(target, typer.Typer):
         cmd = typer.main.get_command(target)
     else:
@@ -109,6 +110,7 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         cmd = typer.main.get_command(single)
     cmd.name = name
+    cmd.context_settings.update(getattr(mod, "CONTEXT_SETTINGS", {}))
     _plain_metavars(cmd)
     return cmd
 

@@ -40,6 +40,19 @@ def render_diff(r: DiffResult, base: Path, new: Path, *, md: bool = False) -> st
     })
     lines.append(table(summary).rstrip("\n"))
     lines.append("")
+    if r.predicted_steps:
+        per = pa.table({
+            "step": [str(i) for i in range(len(r.predicted_steps))],
+            "measured BASE (us)": [f"{v:,.1f}" for v in r.base_steps],
+            "measured NEW (us)": [f"{v:,.1f}" for v in r.new_steps],
+            "predicted NEW (us)": [f"{v:,.1f}" for v in r.predicted_steps],
+            "error": [f"{e:+.1%}" for e in r.step_errors],
+        })
+        lines.append("per step (k-th step of BASE with the k-th of NEW, mean over ranks)")
+        lines.append(render_table(per).rstrip("\n"))
+        lines.append("")
+    lines.append(noise_line(r))
+    lines.append("")
     lines.append(f"matched {r.matched:,} events ({r.matched_fraction:.1%} of both traces)")
     for side, um in (("BASE", r.unmatched_base), ("NEW", r.unmatched_new)):
         if um:
@@ -59,6 +72,24 @@ def render_diff(r: DiffResult, base: Path, new: Path, *, md: bool = False) -> st
     return "\n".join(lines) + "\n"
 
 
+def noise_line(r: DiffResult) -> str:
+    """The measured step-to-step spread of both runs, and whether the predicted change is
+    within it."""
+    def pct(us: float, of: float) -> str:
+        return f"{us / of:.1%}" if of else "-"
+
+    text = (f"step-to-step spread (standard deviation over steps): BASE {r.base_spread_us:,.1f} us "
+            f"({pct(r.base_spread_us, r.base_step_us)}), NEW {r.new_spread_us:,.1f} us "
+            f"({pct(r.new_spread_us, r.new_step_us)})")
+    if r.noise_us <= 0:
+        return text + "; too few steps to say what is noise"
+    change = r.predicted_step_us - r.base_replayed_us
+    verdict = ("within the measured noise: these runs cannot tell it from no change"
+               if r.change_within_noise else "beyond the measured noise")
+    return (f"{text}; the predicted change {change:+,.1f} us is {verdict} "
+            f"(±{r.noise_us:,.1f} us, two standard errors of the difference of the mean steps)")
+
+
 def diff(
     base: Path = typer.Argument(..., help="BASE trace (file or folder with one per rank)."),
     new: Path = typer.Argument(..., help="NEW trace of the same program."),
@@ -75,10 +106,12 @@ def diff(
     """Causal diff of two traces of the same program (a regression, a config change).
 
     Matches events (per rank, step and track, by name sequence; collectives by group and
-    sequence number), replays BASE's graph (its dependencies, gaps between regions, ready lags
-    and waits) with NEW's durations of the matched work (ops and their self time, kernels, the
-    transfer part of collectives), and prints measured BASE, measured NEW, predicted NEW and
-    the error, then the predicted change attributed to groups. Traces of different programs are
+    sequence number), replays BASE's graph (its dependencies, ready lags and waits) with NEW's
+    durations of the matched work (ops and their self time, kernels, the transfer part of
+    collectives) and NEW's gaps where NEW has the same gap, and prints measured BASE, measured
+    NEW, predicted NEW and the error, per step too, the measured step-to-step spread of both runs
+    (and whether the predicted change is within it), then the predicted change attributed to
+    groups. Traces of different programs are
     refused (exit 2). --format json prints one object (base_step_us, new_step_us,
     predicted_step_us, error, matched_fraction, contributions, ...).
 

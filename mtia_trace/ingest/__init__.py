@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import TraceFormatError
-from mtia_trace.ingest import anomalies, consistency, heap
+from mtia_trace.ingest import anomalies, consistency, heap, oddities
 from mtia_trace.ingest.assemble import build
 from mtia_trace.ingest.decode import MAX_STEP, not_regular
 from mtia_trace.ingest.kineto import FileInfo, RawFile
@@ -144,6 +144,7 @@ def load(paths: str | Path | Iterable[str | Path],
         warnings += more + skipped
         warnings += _clock_skew(events)
         warnings += anomalies.check(events)
+        warnings += oddities.check(events)
         warnings += consistency.check(events, [r.info for r in raws])
     heap.release()  # the columns the table consumed, the checks' intermediates
     kinds = events.column("kind").value_counts()
