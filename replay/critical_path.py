@@ -133,11 +133,14 @@ def _track_cumsum(cum: np.ndarray, ptr: np.ndarray) -> None:
 
 
 def _edge_category(bound: int, on_device: bool) -> int:
-    """Launch latency and a host wait's return latency are host; a device-side wait's lag idle."""
+    """Launch latency and a host wait's return latency (sync, queue) are host; a
+    device-side wait's lag idle."""
     if bound == EDGE_CODE["launch"]:
         return CAT["host"]
     if bound == EDGE_CODE["sync"]:
         return CAT["idle"] if on_device else CAT["host"]
+    if bound == EDGE_CODE["queue"]:
+        return CAT["host"]  # the call's return after the op it waited on
     return CAT["idle"]
 
 

@@ -11,7 +11,8 @@ every shard of a distributed one (`replay.distributed.shard`), so the two cannot
   ``strict`` drops it);
 - ``cost``: the model prices `costing_input` (measured durations corrected so a model prices
   work, not waiting: a matched collective instance's duration becomes its transfer part, a host
-  synchronize call's its return latency, a device sync marker costs nothing);
+  synchronize call's and a launch blocked by a full queue's their return latency, a device sync
+  marker costs nothing);
 - ``schedule``: `replay.scheduler.schedule` (a shard schedules with its ghosts' arrivals as
   their base times, and repeats until the arrivals are the fixed point);
 - ``overlap``: the overlap-slowdown correction (`CostModel.overlap_slowdown`, s > 0): each
@@ -89,7 +90,10 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     lag[into] = lag_ev[g.dst_pt[into] // 2]
     notes = {"launch_latency": {"source_us": source_us, "target_us": target_us,
                                 "modelled_us": tgt_v, "strict": bool(strict)}}
-    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag,
+    base = g.base
+    if strict and g.pinned_us is not None and g.pinned_us.any():
+        base = g.base - g.pinned_us  # an input-less first start: back to its rank's start
+    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag, base=base,
                               unexplained_lag=np.zeros(g.n) if strict else u)
     return out, notes
 
@@ -104,6 +108,9 @@ def costing_input(events: pa.Table, g: Graph) -> pa.Table:
     dur[m] = g.transfer_us[m]
     m = np.isfinite(g.sync_lag)
     dur[m] = g.sync_lag[m]
+    if g.queue_lag is not None:
+        m = np.isfinite(g.queue_lag)
+        dur[m] = g.queue_lag[m]
     dur[device_waits(events)] = 0.0
     i = events.schema.get_field_index("dur_us")
     out = events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))

@@ -63,7 +63,7 @@ def test_parent_self_time_is_the_ops_critical_time(tmp_path: Path,
     top = {r["name"]: r for r in ANALYZERS["top_ops"].run(connect([tmp_path / "run"])).to_pylist()}
     assert top["aten::linear"]["critical_us"] == pytest.approx(LINEAR_SELF_US)
     assert top["aten::linear"]["busy_us"] == pytest.approx(LINEAR_SELF_US)  # own, not inclusive
-    assert top["aten::linear"]["critical_rank"] == 1
+    assert top["aten::linear"]["critical_place"] == 1
 
     a = attribution(run)
     h = host_split(run, a)
@@ -73,7 +73,7 @@ def test_parent_self_time_is_the_ops_critical_time(tmp_path: Path,
     d = report_dict(run)
     keys = [b["key"] for b in d["bottlenecks"]]
     assert keys[0] == "host_ops" and "aten::linear" in d["bottlenecks"][0]["text"]
-    assert d["host_split_us_per_rank_step"]["untracked"] == pytest.approx(GAPS_US)
+    assert d["host_split_us_per_rank_step"]["unexplained"] == pytest.approx(GAPS_US)
 
 
 def test_whatif_groups_offer_kinds_that_only_parents_have(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_sample_cpu_trace_untracked_is_unexplained(tmp_path: Path,
     lin = [r for r in run.events.to_pylist() if r["name"] == "aten::linear"]
     assert all(r["critical"] for r in lin)
     top = {r["name"]: r for r in ANALYZERS["top_ops"].run(connect([tmp_path / "run"])).to_pylist()}
-    assert top["aten::linear"]["critical_rank"] == 1
+    assert top["aten::linear"]["critical_place"] == 1
 
 
 def test_real_cpu_trace_untracked_is_unexplained(tmp_path: Path,

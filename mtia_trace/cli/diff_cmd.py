@@ -10,8 +10,9 @@ import pyarrow as pa
 import typer
 
 from mtia_trace.cli.options import OLD_FORMAT_SHORT
-from mtia_trace.cli.output import render_table
+from mtia_trace.cli.output import render_markdown, render_table
 from mtia_trace.cli.report_cmd import write_output
+from mtia_trace.escape import md_code
 from mtia_trace.progress import Progress
 from mtia_trace.whatif_job import diff_trace_files
 from replay.diff import DiffResult
@@ -22,18 +23,22 @@ MAX_UNMATCHED = 8
 
 class DiffFormat(str, Enum):
     text = "text"
+    md = "md"
     json = "json"
 
 
-def render_diff(r: DiffResult, base: Path, new: Path) -> str:
-    lines = [f"BASE {base}", f"NEW  {new}", ""]
+def render_diff(r: DiffResult, base: Path, new: Path, *, md: bool = False) -> str:
+    """The diff as text for a terminal, or as Markdown for a PR (``md``: names inert)."""
+    table = (lambda t: render_markdown(t)) if md else render_table  # noqa: E731
+    lines = ([f"BASE {md_code(str(base))}", "", f"NEW {md_code(str(new))}", ""] if md
+             else [f"BASE {base}", f"NEW  {new}", ""])
     summary = pa.table({
         "": ["measured BASE", "replayed BASE", "measured NEW", "predicted NEW", "error"],
         "mean step (us)": [f"{r.base_step_us:,.1f}", f"{r.base_replayed_us:,.1f}",
                            f"{r.new_step_us:,.1f}", f"{r.predicted_step_us:,.1f}",
                            f"{r.error:+.1%}"],
     })
-    lines.append(render_table(summary).rstrip("\n"))
+    lines.append(table(summary).rstrip("\n"))
     lines.append("")
     if r.predicted_steps:
         per = pa.table({
@@ -51,7 +56,8 @@ def render_diff(r: DiffResult, base: Path, new: Path) -> str:
     lines.append(f"matched {r.matched:,} events ({r.matched_fraction:.1%} of both traces)")
     for side, um in (("BASE", r.unmatched_base), ("NEW", r.unmatched_new)):
         if um:
-            top = ", ".join(f"{n} x{c}" for n, c in um.most_common(MAX_UNMATCHED))
+            top = ", ".join(f"{md_code(n) if md else n} x{c}"
+                            for n, c in um.most_common(MAX_UNMATCHED))
             more = f" (+{len(um) - MAX_UNMATCHED} more names)" if len(um) > MAX_UNMATCHED else ""
             lines.append(f"unmatched in {side}: {sum(um.values())} events: {top}{more}")
     lines.append("")
@@ -61,7 +67,8 @@ def render_diff(r: DiffResult, base: Path, new: Path) -> str:
                  "the parts add up to the predicted change)")
     contrib = pa.table({"group": [g for g, _ in r.contributions],
                         "delta_us": [d for _, d in r.contributions]})
-    lines.append(render_table(contrib).rstrip("\n"))
+    lines += [""] if md else []
+    lines.append(table(contrib).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -116,5 +123,5 @@ def diff(
     if fmt is DiffFormat.json:
         text = (orjson.dumps(r.to_dict(), option=orjson.OPT_INDENT_2) + b"\n").decode()
     else:
-        text = render_diff(r, base, new)
+        text = render_diff(r, base, new, md=fmt is DiffFormat.md)
     write_output(text, output, force=force)

@@ -118,19 +118,21 @@ class Edges:
 
 def cross_edges(lc: Launches, dsync: tuple[np.ndarray, np.ndarray],
                 hsync: tuple[np.ndarray, np.ndarray], coll: Collectives, ready_lag: np.ndarray,
-                sync_lag: np.ndarray) -> Edges:
+                sync_lag: np.ndarray, qwait: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Edges:
     """The cross-track edges: ``launch`` (launch start → device start; enqueue start → transfer
-    start), ``sync`` (device wait: source end → marker start; host: source end → call end) and
-    ``collective`` (instance start ↔ its group's first instance start); edges into device starts
-    carry the ready lag, host syncs the return latency."""
+    start), ``sync`` (device wait: source end → marker start; host: source end → call end),
+    ``collective`` (instance start ↔ its group's first instance start) and ``queue`` (the op
+    freeing a launch's queue slot: its end → the call's end); edges into device starts carry the
+    ready lag, host syncs and blocked launches the return latency."""
     dst_launch = np.flatnonzero(lc.has_launch)
-    (ds, dd), (hs, hd) = dsync, hsync
+    (ds, dd), (hs, hd), (qs, qd, ql) = dsync, hsync, qwait
     return Edges.of([
         (2 * lc.launch[lc.has_launch], 2 * dst_launch, ready_lag[dst_launch], "launch"),
         (2 * coll.enq_src, 2 * coll.enq_dst, ready_lag[coll.enq_dst], "launch"),
         (2 * ds + 1, 2 * dd, ready_lag[dd], "sync"),
         (2 * hs + 1, 2 * hd + 1, sync_lag[hd], "sync"),
         (2 * coll.src, 2 * coll.dst, np.zeros(len(coll.src)), "collective"),
+        (2 * qs + 1, 2 * qd + 1, ql, "queue"),
     ])
 
 
