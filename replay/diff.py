@@ -398,7 +398,10 @@ def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
         ppos = np.empty(2 * g.n, dtype=np.int64)
         ppos[g.order] = np.arange(len(g.order))
         dpos = ppos[g.dst_pt[edge[ids]]]
-        gap[dpos] = tp.ret_new[ids]
+        # a wait seen in BASE kept only its return latency as the gap: NEW's replaces it; an
+        # unseen one (the thread was busy, lag 0) keeps the thread's own gap
+        seen = gap[dpos] <= g.lag[edge[ids]] + 1e-9
+        gap[dpos] = np.where(seen, tp.ret_new[ids], gap[dpos])
     ready_lag = g.ready_lag
     dm = np.flatnonzero(mask & np.isfinite(tp.disp_new))
     if len(dm):
@@ -511,7 +514,7 @@ class DiffResult:
     @property
     def change_within_noise(self) -> bool:
         """The predicted change (predicted NEW − replayed BASE) is within `noise_us`."""
-        return abs(self.predicted_step_us - self.base_replayed_us) < self.noise_us
+        return abs(self.predicted_step_us - self.base_replayed_us) <= self.noise_us
 
     def to_dict(self) -> dict[str, object]:
         return {

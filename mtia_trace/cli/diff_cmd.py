@@ -81,7 +81,7 @@ def noise_line(r: DiffResult) -> str:
     text = (f"step-to-step spread (standard deviation over steps): BASE {r.base_spread_us:,.1f} us "
             f"({pct(r.base_spread_us, r.base_step_us)}), NEW {r.new_spread_us:,.1f} us "
             f"({pct(r.new_spread_us, r.new_step_us)})")
-    if r.noise_us <= 0:
+    if min(len(r.base_steps), len(r.new_steps)) < 2:
         return text + "; too few steps to say what is noise"
     change = r.predicted_step_us - r.base_replayed_us
     verdict = ("within the measured noise: these runs cannot tell it from no change"

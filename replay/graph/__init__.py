@@ -72,7 +72,7 @@ from replay.graph.collectives import match_collectives
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
 from replay.graph.queue import queue_edges
 from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges, order_streams
-from replay.graph.waits import WAIT_CONSUMERS, collective_waits
+from replay.graph.waits import WAIT_CONSUMERS, WAIT_LEAD_IN, collective_waits
 
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
            "time_keys"]
@@ -152,6 +152,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         step_mark = pc.starts_with(events.column("name"), "ProfilerStep#").fill_null(False)
         wsrc, wk, wlag, seen, n_cons = collective_waits(
             ev, coll, ch, _is_in(events, "name", WAIT_CONSUMERS),
+            _is_in(events, "name", WAIT_LEAD_IN),
             events.column("parent_id").to_numpy().astype(np.int64),
             step_mark.to_numpy(zero_copy_only=False).astype(bool))
         np.minimum.at(ch.gap, wk[seen], wlag[seen])

@@ -32,16 +32,20 @@ from replay.graph.events import EventArrays
 #: DDP's reducer waits on each bucket's all-reduce in its finalize, then copies the bucket into
 #: the gradients (torch/csrc/distributed/c10d/reducer.cpp, ``Reducer::finalize_backward``).
 WAIT_CONSUMERS: tuple[str, ...] = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
+#: Ops between the wait and its consumer: the reducer takes views of the bucket's gradients
+#: (``aten::as_strided``) right after waiting on it, before copying it out.
+WAIT_LEAD_IN: tuple[str, ...] = ("aten::as_strided",)
 
 
 def collective_waits(ev: EventArrays, coll: Collectives, ch: Chains, consumer: np.ndarray,
-                     parent: np.ndarray, step_mark: np.ndarray
+                     lead_in: np.ndarray, parent: np.ndarray, step_mark: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """(transfer event ids, the waiting positions, their return latencies in us, whether the
     wait was seen (the gap before the position holds the transfer's end: that gap keeps only
     the return latency), how many waits went to a `WAIT_CONSUMERS` op) for every enqueued CPU
     transfer that has a wait
-    (module docstring). ``consumer``: per event, a `WAIT_CONSUMERS` op; ``parent``: each
+    (module docstring). ``consumer``: per event, a `WAIT_CONSUMERS` op; ``lead_in``: a
+    `WAIT_LEAD_IN` op; ``parent``: each
     event's enclosing event (-1 none); ``step_mark``: ``ProfilerStep#`` annotations (a consumer
     takes the waits of collectives enqueued inside its own enclosing region, such as DDP's
     ``backward``, not of the whole step)."""
@@ -67,7 +71,7 @@ def collective_waits(ev: EventArrays, coll: Collectives, ch: Chains, consumer: n
         ps = ch.order[ks]
         cons = ks[(ps % 2 == 0) & consumer[ps // 2]]
         if len(cons) and busy.any():
-            lead = _lead_in(ev, ch, cons, a)
+            lead = _lead_in(ev, ch, cons, lead_in, a)
             c = np.searchsorted(ch.pkey[ch.order[cons]], done[busy], side="left")
             has = c < len(cons)
             bi = np.flatnonzero(busy)[has]
@@ -94,16 +98,18 @@ def collective_waits(ev: EventArrays, coll: Collectives, ch: Chains, consumer: n
     return wsrc, wk, lag, seen, n_cons
 
 
-def _lead_in(ev: EventArrays, ch: Chains, cons: np.ndarray, track_start: int) -> np.ndarray:
-    """Per consumer start position: the first position of the run of leaf ops at its depth
-    that directly precede it (DDP's finalize takes views of a bucket, ``aten::as_strided``,
-    right after waiting on it and before copying it out); the consumer itself without one."""
+def _lead_in(ev: EventArrays, ch: Chains, cons: np.ndarray, lead_in: np.ndarray,
+             track_start: int) -> np.ndarray:
+    """Per consumer start position: the first position of the run of `WAIT_LEAD_IN` leaves at
+    its depth that directly precede it; the consumer itself without one."""
     out = cons.copy()
     for i, c in enumerate(cons.tolist()):  # consumers: a few per step
         d = ev.depth[ch.order[c] // 2]
         k = c
-        while (k - 2 > track_start and ch.leaf_end[k - 1]
-               and ev.depth[ch.order[k - 1] // 2] == d):
+        while k - 2 > track_start and ch.leaf_end[k - 1]:
+            e = ch.order[k - 1] // 2
+            if ev.depth[e] != d or not lead_in[e]:
+                break
             k -= 2
         out[i] = k
     return out
