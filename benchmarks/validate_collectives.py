@@ -15,7 +15,7 @@ specs' (NCCL's tuning model and vendor figures); nothing here is fitted to the r
     python benchmarks/validate_collectives.py [DIR] [--format table|json] [--figure PNG]
         [--json-out benchmarks/results/collectives.json]
 
-``DIR`` defaults to ../shared/nccl next to the repository (tests/data/nccl holds a copy).
+``DIR`` defaults to ../shared/nccl next to the repository, else tests/data/nccl (a copy).
 ``--json-out`` writes each table's figures (`summary`), from which docs/generate.py renders the
 table in docs/hardware.md and benchmarks/gates.json's bounds are checked. Targets: median <= 15% and p90 <=
 35% on tables whose system matches a bundled spec (``match`` column).
@@ -38,7 +38,10 @@ from replay.hardware.collectives import nccl_tests_rows, normalize_op
 MEDIAN_TARGET, P90_TARGET = 0.15, 0.35
 #: size bands the signed error is summarised over: (label, smallest bytes, bytes past the band)
 BANDS = (("<64K", 0, 64 << 10), ("64K-256M", 64 << 10, 256 << 20), (">=256M", 256 << 20, 1 << 62))
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".." / "shared" / "nccl"
+_REPO = Path(__file__).resolve().parent.parent
+#: ../shared/nccl when present, else the copy vendored with the tests
+DEFAULT_DIR = next((d for d in (_REPO / ".." / "shared" / "nccl", _REPO / "tests" / "data" / "nccl")
+                    if d.is_dir()), _REPO / "tests" / "data" / "nccl")
 
 @dataclass(frozen=True)
 class Table:

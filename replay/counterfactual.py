@@ -141,7 +141,13 @@ def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[
     """(dimension, selector) of every group the profile may rank."""
     ev = p.events
     kind = ev.column("kind").to_numpy(zero_copy_only=False).astype(str)
-    work = p.leaf & ~np.isin(kind, PASSIVE_KINDS)
+    # each op's own time: a leaf's cost, an op's self time (a CPU op with children, such as
+    # aten::linear around its addmm, does its work in its self time)
+    cost = total_cost(p.comps) * p.leaf
+    own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
+    selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
+    tot = cost + selft
+    work = ~np.isin(kind, PASSIVE_KINDS) & (p.leaf | (tot > 0))
     out: list[tuple[str, str]] = []
     if "kind" in by:
         for k in np.unique(kind[work]).tolist():
@@ -149,10 +155,6 @@ def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[
     if "name" in by:
         names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
         ops = ~np.isin(kind, PASSIVE_KINDS) & (work | (p.events.column("depth").to_numpy() >= 0))
-        cost = total_cost(p.comps) * p.leaf
-        own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
-        selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
-        tot = cost + selft
         # names: the 40 with the most own time (cost + self time) are candidates
         u, inv = np.unique(names[ops], return_inverse=True)
         per = np.bincount(inv, weights=tot[ops], minlength=len(u))

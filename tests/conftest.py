@@ -36,6 +36,18 @@ if "tests" not in sys.modules:
     sys.modules["tests"] = _pkg
 
 
+#: MTIA_TRACE_TEST_INSTALLED=1 (.ci/run): the packages under test must be the installed ones
+INSTALLED = os.environ.get("MTIA_TRACE_TEST_INSTALLED") == "1"
+PACKAGES = ("mtia_trace", "replay", "analyzers")
+
+
+def _from_source_tree() -> list[str]:
+    """Loaded modules of the three packages that come from this source tree."""
+    return sorted(name for name, m in list(sys.modules.items())
+                  if name.split(".")[0] in PACKAGES and getattr(m, "__file__", None)
+                  and Path(m.__file__).resolve().is_relative_to(REPO / name.split(".")[0]))
+
+
 def real_file(rel: str) -> Path:
     """``REAL / rel``; skips the test when that trace is not there (one not vendored)."""
     p = REAL / rel
@@ -95,6 +107,16 @@ def cli(capsys: pytest.CaptureFixture[str]):
     return lambda *args: invoke_cli(list(args), capsys)
 
 
+@pytest.fixture(scope="session")
+def published_runs() -> list[dict]:
+    """Every published training run of benchmarks/validate_throughput.py, rebuilt with synth and
+    replayed (`validate_throughput.run`): once per session, shared by the tests that need it."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import validate_throughput
+
+    return validate_throughput.run(list(validate_throughput.POINTS))
+
+
 # ---- end of run: real data and gated figures ---------------------------------------------------
 
 _GATE_LINES: list[str] = []
@@ -134,8 +156,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(line)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    import mtia_trace
+
+    return f"mtia_trace from {Path(mtia_trace.__file__).parent}; real data from {REAL}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if INSTALLED:
+        import mtia_trace  # noqa: F401
+
+        if _from_source_tree():
+            raise pytest.UsageError(
+                f"MTIA_TRACE_TEST_INSTALLED=1 but mtia_trace imports from {REPO}: run pytest "
+                "with PYTHONSAFEPATH=1 and without the repository on PYTHONPATH")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With MTIA_TRACE_REQUIRE_REAL=1 (CI), a run in which no real-data test ran fails."""
+    """With MTIA_TRACE_TEST_INSTALLED=1, a test that imported the source tree fails the run;
+    with MTIA_TRACE_REQUIRE_REAL=1 (CI), so does a run in which no real-data test ran."""
+    if INSTALLED and (mixed := _from_source_tree()):
+        print(f"\nmodules imported from the source tree, not the installed package: "
+              f"{', '.join(mixed[:5])}", file=sys.stderr)
+        session.exitstatus = 1
     if os.environ.get("MTIA_TRACE_REQUIRE_REAL") != "1" or exitstatus != 0:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -141,5 +141,66 @@ NEEDLES = {
     "swapped_seq": "wait on each other",
 }
 EDITS = tuple(NEEDLES)
-#: Edits a replay cannot mean anything for: refused in one line (exit 2).
+#: Edits no replay can schedule: refused by replay in one line (exit 2), warned by inspect.
 EXPECT_ERROR = ("swapped_seq",)
+
+
+# -- single-rank oddities -------------------------------------------------------------------------
+
+def odd_doc(kind: str) -> dict:
+    """A small one-rank trace (`fuzzcases.trace_doc`, 3 steps) with one oddity of ``kind``
+    (see `ODD_NEEDLES`)."""
+    from tests.fuzzcases import trace_doc
+
+    doc = trace_doc(steps=3)
+    ev = doc["traceEvents"]
+    xs = [e for e in ev if e.get("ph") == "X"]
+    kernels = [e for e in xs if e.get("cat") == "kernel"]
+    steps = [e for e in xs if e["name"].startswith("ProfilerStep#")]
+    launch = {e["args"]["correlation"]: e for e in xs if e["name"] == "cudaLaunchKernel"}
+    if kind == "kernel_early":
+        for k in kernels:
+            k["ts"] = launch[k["args"]["correlation"]]["ts"] - 10_000
+    elif kind == "all_dur_0":
+        for e in xs:
+            e["dur"] = 0
+    elif kind == "all_ts_equal":
+        for e in xs:
+            e["ts"] = xs[0]["ts"]
+    elif kind == "steps_one_number":
+        for e in steps:
+            e["name"] = "ProfilerStep#1"
+    elif kind == "steps_overlap":
+        steps[0]["dur"] = 1500
+    elif kind == "swapped_correlation":
+        a, b = kernels[0]["args"], kernels[1]["args"]
+        a["correlation"], b["correlation"] = b["correlation"], a["correlation"]
+    elif kind == "flow_self_loop":
+        k = kernels[0]
+        del k["args"]["correlation"]  # flows link device events without a correlation id
+        ev += [{"ph": p, "cat": "ac2g", "name": "ac2g", "id": 77, "pid": k["pid"],
+                "tid": k["tid"], "ts": k["ts"], **({"bp": "e"} if p == "f" else {})}
+               for p in ("s", "f")]
+    elif kind == "stream_overlap":
+        kernels[0]["dur"] = 1500
+    elif kind == "shared_pid":
+        for k in kernels:
+            k["pid"] = 1
+    else:
+        raise ValueError(kind)
+    return doc
+
+
+#: Oddity -> what inspect must say ("" for none: a case the ingest handles as it is).
+ODD_NEEDLES = {
+    "kernel_early": "before the call that launched them",
+    "all_dur_0": "lasts 0 us",
+    "all_ts_equal": "starts at the same time",
+    "steps_one_number": "repeat a step number",
+    "steps_overlap": "start before the previous step",
+    "swapped_correlation": "correlation ids are probably swapped",
+    "flow_self_loop": "no launching runtime call",
+    "stream_overlap": "start before the previous op on their stream ends",
+    "shared_pid": "",
+}
+ODDITIES = tuple(ODD_NEEDLES)

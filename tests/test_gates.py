@@ -64,11 +64,11 @@ def test_collective_results_file_is_current(collectives: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_training_throughput_within_its_gates(gate_report) -> None:
+def test_training_throughput_within_its_gates(published_runs: list[dict], gate_report) -> None:
     """Every published training run rebuilt with synth and replayed (about half a minute); the
     step-time and ratio errors at most their bounds, and benchmarks/results/throughput.json
     (the docs' table) what the code gives now."""
-    rows = vt.run(list(vt.POINTS))
+    rows = published_runs
     got = gates.figures([], {"points": rows, "ratios": vt.ratios(rows)})
     stored = json.loads((RESULTS / "throughput.json").read_text(encoding="utf-8"))
     _gate("throughput", got["throughput"], gate_report)

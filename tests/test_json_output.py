@@ -45,7 +45,9 @@ def test_validate(cli) -> None:
     d = _json(cli, "validate", TRACE)
     assert set(d) == {"steps", "median_abs_error", "worst_abs_error", "strict_median_abs_error",
                       "strict_worst_abs_error", "checked", "max_error", "passed",
-                      "unexplained_fraction", "device_events_without_launch"}
+                      "unexplained_fraction", "device_events_without_launch",
+                      "device_start", "strict_device_start", "device_starts_unexplained",
+                      "strict_keeps_measured"}
     assert d["checked"] == "error" and 0.0 <= d["unexplained_fraction"] <= 1.0
     assert d["passed"] is True and d["max_error"] == pytest.approx(0.02)
     assert set(d["steps"][0]) == {"rank", "step", "measured_us", "replayed_us", "error",

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from mtia_trace.cli import main
-from tests.rank_edits import EDITS, EXPECT_ERROR, NEEDLES, edit, synth_docs, write_docs
+from tests.rank_edits import (
+    EDITS,
+    NEEDLES,
+    ODD_NEEDLES,
+    ODDITIES,
+    edit,
+    odd_doc,
+    synth_docs,
+    write_docs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +38,7 @@ def test_consistent_ranks_give_no_warning(docs: dict[int, dict], tmp_path: Path,
     assert code == 0 and isinstance(out, dict) and out["warnings"] == []
 
 
-@pytest.mark.parametrize("kind", [k for k in EDITS if k not in EXPECT_ERROR])
+@pytest.mark.parametrize("kind", EDITS)
 def test_a_disagreeing_rank_is_warned_about(kind: str, docs: dict[int, dict], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _inspect(write_docs(docs | {3: edit(docs, kind)}, tmp_path / "t"), capsys)
@@ -63,3 +72,27 @@ def test_swapped_sequence_numbers_are_refused_in_one_line(
     assert NEEDLES["swapped_seq"] in err and "rank 3" in err
     assert "seq 1 " in err and "seq 2 " in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kind", ODDITIES)
+def test_single_rank_oddities_are_warned_about(kind: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Recorded times and links the replay depends on: warned with a count (host and device
+    under one pid: handled, no warning)."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(odd_doc(kind)))
+    code, out = _inspect(path, capsys)
+    assert code == 0 and isinstance(out, dict)
+    if ODD_NEEDLES[kind]:
+        assert any(ODD_NEEDLES[kind] in w for w in out["warnings"]), out["warnings"]
+    else:
+        assert out["warnings"] == []
+
+
+def test_a_plain_trace_has_no_oddity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.fuzzcases import trace_doc
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace_doc(steps=3)))
+    code, out = _inspect(path, capsys)
+    assert code == 0 and isinstance(out, dict) and out["warnings"] == []

@@ -31,7 +31,8 @@ def _table(t: Table) -> list[str]:
     align = t.align or ["l"] * len(t.columns)
     out = ["| " + " | ".join(_escape(c) for c in t.columns) + " |",
            "|" + "|".join("---:" if a == "r" else ":---" for a in align) + "|"]
-    out += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in t.rows]
+    out += ["| " + " | ".join(md_cell(c) if i in t.prose else _escape(c)
+                              for i, c in enumerate(row)) + " |" for row in t.rows]
     if t.note:
         out += ["", f"_{markdown(t.note)}_"]
     if t.legend:

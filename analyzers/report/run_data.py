@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from analyzers import ANALYZERS
 from mtia_trace import storage
-from mtia_trace.run_meta import AS_MEASURED, RunMeta
+from mtia_trace.run_meta import AS_MEASURED, Assumptions, RunMeta
 from mtia_trace.runs import connect
 
 
@@ -51,6 +51,7 @@ def load_run(path: str | Path, *, analyses: bool = True) -> RunData:
 def run_from_result(result: object, *, name: str, meta: RunMeta | None = None) -> RunData:
     """A `RunData` from an in-memory `replay.result.ReplayResult` (no analyzers)."""
     if meta is None:
-        meta = RunMeta(hardware=str(getattr(result, "hardware", AS_MEASURED)))
+        meta = RunMeta(hardware=str(getattr(result, "hardware", AS_MEASURED)),
+                       assumptions=Assumptions(model=dict(getattr(result, "notes", {}) or {})))
     return RunData(name=name, meta=meta,
                    **{t: getattr(result, t) for t in storage.TABLES})

@@ -72,11 +72,22 @@ def _plain_metavar(param: Any, ctx: Any) -> None:
         if param.metavar is None and param.nargs == 1:
             param.metavar = param.name.upper()
         param.display_type_rich = _no_type  # type: ignore[method-assign]
+        param._usage_display_name = lambda p=param: _usage_name(p)  # type: ignore[method-assign,misc]
         return
     if param.metavar is None:
         kind = shown.strip("<>").removesuffix(" range").removeprefix("list[").rstrip("]")
         param.metavar = {"int": "N", "float": "X", "path": "PATH", "Path": "PATH"}.get(
             kind, param.name.upper())
+
+
+def _usage_name(param: Any) -> str:
+    """An argument in the usage line as Unix usage writes it: ``TRACE``, ``[NAME]...`` (typer
+    puts required ones in braces, ``{TRACE}``, which reads as literal braces)."""
+    name = str(param.display_name_raw)
+    if param.metavar is not None and (" " in name or "[" in name or name.endswith("...")):
+        return name  # a metavar that spells out its own shape
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 and not name.endswith("...") else "")
 
 
 def _plain_metavars(cmd: Any) -> None:
@@ -90,7 +101,8 @@ def _plain_metavars(cmd: Any) -> None:
 def load_command(name: str) -> Any:
     """Import the module of command `name` and build its click command."""
     _, module, attr, _ = next(c for c in COMMANDS if c[0] == name)
-    target = getattr(importlib.import_module(f"mtia_trace.cli.{module}"), attr)
+    mod = importlib.import_module(f"mtia_trace.cli.{module}")
+    target = getattr(mod, attr)
     if isinstance(target, typer.Typer):
         cmd = typer.main.get_command(target)
     else:
@@ -98,6 +110,7 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         cmd = typer.main.get_command(single)
     cmd.name = name
+    cmd.context_settings.update(getattr(mod, "CONTEXT_SETTINGS", {}))
     _plain_metavars(cmd)
     return cmd
 

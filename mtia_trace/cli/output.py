@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import typer
@@ -94,15 +95,33 @@ def _is_bytes(name: str) -> bool:
 
 
 def _decimals(top: float) -> int:
-    """Decimals that show a column whose largest value is ``top`` to about four digits."""
+    """Decimals that show a column whose largest value is ``top`` to three or four digits."""
+    if 0 < top < 1:  # 0.848, 0.00374 (a few us in a table of milliseconds)
+        return min(6, 2 - math.floor(math.log10(top)))
     return 3 if top < 10 else 2 if top < 100 else 1 if top < 1e5 else 0
 
 
-def _column(name: str, typ: pa.DataType, values: list) -> tuple[str, list[str]]:
-    """(header, cells) of one column, formatted as a whole: durations (``*_us``) in one unit
-    that fits the column (``step_s`` for 13-second steps, ``busy_ms``), every cell with the same
-    decimals (so they align); bytes with their unit (``10.7 MB``); counts with separators;
-    float noise as 0; text with controls shown escaped (`mtia_trace.escape.terminal`)."""
+def _unit(table: pa.Table) -> tuple[float, str]:
+    """(scale, suffix) of the table's durations (``*_us`` columns): one unit for all of them
+    (parts that add up to a step read in the step's unit), the largest that the longest
+    duration fills: ``s`` for 13-second steps, ``ms``, else ``us``."""
+    top = 0.0
+    for f, c in zip(table.schema, table.columns, strict=True):
+        if f.name.endswith("_us") and pa.types.is_floating(f.type) and len(c):
+            m = pc.max(pc.abs(c)).as_py()
+            top = max(top, m if m is not None and not math.isnan(m) else 0.0)
+    for unit, k in (("s", 1e6), ("ms", 1e3)):
+        if top >= k:
+            return k, unit
+    return 1.0, "us"
+
+
+def _column(name: str, typ: pa.DataType, values: list,
+            unit: tuple[float, str] = (1.0, "us")) -> tuple[str, list[str]]:
+    """(header, cells) of one column, formatted as a whole: durations (``*_us``) in the table's
+    unit (`_unit`: ``step_s`` for 13-second steps), every cell with the same decimals (so they
+    align); bytes with their unit (``10.7 MB``); counts with separators; float noise as 0; text
+    with controls shown escaped (`mtia_trace.escape.terminal`)."""
     if pa.types.is_integer(typ):
         return name, ["" if v is None else f"{v:,}" for v in values]
     if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
@@ -116,10 +135,7 @@ def _column(name: str, typ: pa.DataType, values: list) -> tuple[str, list[str]]:
         top = max(real, default=0.0)
         scale, header = 1.0, name
         if dur:
-            for unit, k in (("s", 1e6), ("ms", 1e3)):
-                if top >= k:
-                    scale, header = k, name[:-3] + "_" + unit
-                    break
+            scale, header = unit[0], name[:-3] + "_" + unit[1]
         if real and all(v == round(v) for v in real) and scale == 1.0:
             return header, ["" if v is None else "nan" if math.isnan(v) else
                             "0" if abs(v) < noise else f"{v:,.0f}" for v in vals]
@@ -137,8 +153,9 @@ def _cells(table: pa.Table, max_rows: int | None) -> tuple[list[str], list[list[
     """(header, rows, rows left out) of ``table`` formatted column by column."""
     shown = table if max_rows is None else table.slice(0, max_rows)
     header, cols = [], []
+    unit = _unit(shown)
     for f, c in zip(shown.schema, shown.columns, strict=True):
-        h, cells = _column(f.name, f.type, c.to_pylist())
+        h, cells = _column(f.name, f.type, c.to_pylist(), unit)
         header.append(terminal(h, cells=True))
         cols.append(cells)
     rows = [list(r) for r in zip(*cols, strict=True)] if cols else []

@@ -30,7 +30,10 @@ def synth(
                                         "balanced by lookup bytes, the heaviest split column-wise), "
                                         "tw (whole tables, naive), rw, cw, twrw or dp (default: the "
                                         "model's)."),
-    mode: str = typer.Option("train", "--mode", help="train or infer (forward only)."),
+    phase: str = typer.Option("train", "--phase",
+                              help="train, or infer (forward only)."),
+    old_mode: str = typer.Option(None, "--mode", hidden=True,
+                                 help="Old spelling of --phase (--mode is costing in replay)."),
     seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed of the duration jitter."),
     source_hw: str = typer.Option("h100", "--source-hw", help="Hardware spec the durations come from."),
     zipf: float = typer.Option(0.0, "--zipf", help="Embedding id skew (Zipf exponent; 0 = uniform)."),
@@ -42,6 +45,7 @@ def synth(
     fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     out = out if out is not None else old_out
+    mode = old_mode if old_mode is not None else phase
     if out is None:
         raise UsageError("synth: no output directory; add -o DIR")
     opts = SynthOptions(preset=preset, model_file=str(model) if model else None, ranks=ranks,
