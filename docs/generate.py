@@ -1,4 +1,5 @@
-"""Write the generated reference pages from the code: docs/cli.md, docs/hardware.md, docs/sql.md.
+"""Write the generated reference pages from the code: docs/cli.md, docs/hardware.md, docs/sql.md,
+docs/glossary.md.
 
     python docs/generate.py           rewrite them
     python docs/generate.py --check   exit 1 (listing the stale files) when one differs
@@ -595,8 +596,28 @@ def render_readme() -> str:
 
 # --------------------------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------------------------
+# Glossary
+# --------------------------------------------------------------------------------------------
+
+def render_glossary() -> str:
+    """docs/glossary.md: the words of the attribution and the column names, one meaning each."""
+    from analyzers.report.glossary import GLOSSARY, TERMS
+
+    lines = [HEADER.format(src="analyzers/report/glossary.py"), "# Glossary\n\n",
+             "One meaning per word: every table, report and JSON key uses these words this way. "
+             "A part of the step (`compute`, `fetch`, ...) is critical-path time and the parts "
+             "add up to the step; the device view (`device_time`, `overlap`) says `kernel`, "
+             "`collective` and `copy` for what a stream ran, whatever bound its cost.\n\n",
+             "## Words\n\n| word | meaning |\n|---|---|\n"]
+    lines += [f"| `{k}` | {_md(v)} |\n" for k, v in TERMS.items()]
+    lines.append("\n## Columns\n\n| column | meaning |\n|---|---|\n")
+    lines += [f"| `{k}` | {_md(v)} |\n" for k, v in sorted(GLOSSARY.items())]
+    return "".join(lines)
+
+
 GENERATED = {"cli.md": render_cli, "hardware.md": render_hardware, "sql.md": render_sql,
-             "../README.md": render_readme}
+             "glossary.md": render_glossary, "../README.md": render_readme}
 
 
 def main(argv: list[str]) -> int:

@@ -141,7 +141,7 @@ NEEDLES = {
     "swapped_seq": "wait on each other",
 }
 EDITS = tuple(NEEDLES)
-#: Edits a replay cannot mean anything for: refused in one line (exit 2).
+#: Edits no replay can schedule: refused by replay in one line (exit 2), warned by inspect.
 EXPECT_ERROR = ("swapped_seq",)
 
 

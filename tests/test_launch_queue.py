@@ -11,7 +11,7 @@ from replay.graph.queue import DEFAULT_LAUNCH_QUEUE_DEPTH
 from replay.hardware import model_for
 from replay.run import replay_events
 from replay.whatif import parse_whatif
-from tests.conftest import REAL, requires_real
+from tests.conftest import real_file, requires_real
 from tests.replay_tables import dev, host, table
 
 FASTER_DEVICE = [parse_whatif("track=dev:*:x0.1")]
@@ -100,9 +100,7 @@ def test_a_slow_device_fills_the_default_queue_on_a_replay() -> None:
 def test_real_trace_blocked_launches_are_device_waits(rel: str) -> None:
     from mtia_trace.ingest import load
 
-    path = REAL / rel
-    if not path.exists():
-        pytest.skip(f"{path} not found")
+    path = real_file(rel)
     events = load(path).events
     g = build_graph(events)
     q = g.notes["launch_queue"]

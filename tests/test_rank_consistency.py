@@ -11,7 +11,6 @@ import pytest
 from mtia_trace.cli import main
 from tests.rank_edits import (
     EDITS,
-    EXPECT_ERROR,
     NEEDLES,
     ODD_NEEDLES,
     ODDITIES,
@@ -39,7 +38,7 @@ def test_consistent_ranks_give_no_warning(docs: dict[int, dict], tmp_path: Path,
     assert code == 0 and isinstance(out, dict) and out["warnings"] == []
 
 
-@pytest.mark.parametrize("kind", [k for k in EDITS if k not in EXPECT_ERROR])
+@pytest.mark.parametrize("kind", EDITS)
 def test_a_disagreeing_rank_is_warned_about(kind: str, docs: dict[int, dict], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _inspect(write_docs(docs | {3: edit(docs, kind)}, tmp_path / "t"), capsys)

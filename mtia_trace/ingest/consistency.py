@@ -13,12 +13,14 @@ Each check returns at most one warning, with a count and the first case:
 * **distributedInfo**: one ``world_size``, every rank below it, and the same process groups
   (name, size) on every rank that lists them.
 
-Ranks that order two collectives oppositely (swapped sequence numbers) cannot be replayed at
-all: `replay.graph.collectives` refuses them in one line.
+* **order**: ranks that run two collectives in opposite orders (swapped sequence numbers) tie
+  them into a cycle no schedule satisfies (`order_cycle`): a warning here, and the replay's
+  collective matching (`replay.graph.collectives`) refuses such a trace in one line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -127,8 +129,8 @@ def _collectives(events: pa.Table, ranks: list[int]) -> list[str]:
         return []
     t = events.take(pa.array(rows)).select(["rank", "pg", "coll_seq", "coll_op",
                                             "coll_bytes_in", "coll_bytes_out", "group_size",
-                                            "pg_ranks", "is_device"])
-    df = t.to_pandas()
+                                            "pg_ranks", "is_device", "track", "ts_us"])
+    df = t.drop_columns(["track", "ts_us"]).to_pandas()
     df["group_size"] = df["group_size"].where(df["group_size"] > 0)
     # one row per collective per rank: the op of its device instance (the one the replay
     # matches) else of its host events, its largest sizes, the smallest group size recorded
@@ -181,7 +183,94 @@ def _collectives(events: pa.Table, ranks: list[int]) -> list[str]:
                        f"seq {s} of process group {pg!r}: {_odd_one(vals)[:200]}): "
                        "the ranks' Seq numbers or traces disagree")
     out += _bytes(multi, g2)
+    out += _order(t, multi)
     return out
+
+
+def _order(t: pa.Table, multi: pd.DataFrame) -> list[str]:
+    """The cycle check on each collective's instance per rank the replay would match (device
+    ones first, then the earliest), among the collectives found on several ranks."""
+    df = t.select(["rank", "pg", "coll_seq", "is_device"]).to_pandas()
+    df["track"] = pd.factorize(pd.Series(t.column("track").to_pylist()))[0] \
+        if "track" in t.column_names else 0
+    df["ts"] = t.column("ts_us").to_numpy() if "ts_us" in t.column_names else 0.0
+    keep = df.merge(multi[["pg", "coll_seq"]].drop_duplicates(), on=["pg", "coll_seq"])
+    keep = keep.sort_values(["pg", "coll_seq", "rank", "is_device", "ts"],
+                            ascending=[True, True, True, False, True])
+    keep = keep.drop_duplicates(["pg", "coll_seq", "rank"])
+    if not len(keep):
+        return []
+    gid = keep.groupby(["pg", "coll_seq"], sort=False).ngroup().to_numpy()
+    found = order_cycle(keep["rank"].to_numpy(), keep["track"].to_numpy(),
+                        keep["ts"].to_numpy(), gid)
+    if found is None:
+        return []
+    first = keep.assign(gid=gid).drop_duplicates("gid").set_index("gid")
+    return [cycle_message(found, lambda k: f"seq {first.loc[k, 'coll_seq']} of process group "
+                                           f"{first.loc[k, 'pg']!r}")
+            + "; a replay of this trace is refused"]
+
+
+def order_cycle(rank: np.ndarray, track: np.ndarray, ts: np.ndarray, gid: np.ndarray
+                ) -> tuple[list[int], int, int, list[int]] | None:
+    """A cycle among collectives, from one instance per (collective ``gid``, rank): each track
+    runs its instances in time order and every instance of a collective starts with the
+    others, so a track running ``a`` before ``b`` while another runs ``b`` before ``a`` (two
+    sequence numbers swapped on a rank) ties them into a cycle no schedule satisfies.
+    Returns (the collectives of one cycle in order, a, b, the ranks running a before b: the
+    edge of the cycle with the fewest ranks), or None. The graph has a node per collective:
+    few, so Kahn's algorithm runs as a Python loop."""
+    o = np.lexsort((ts, track, rank))
+    t, r, g = track[o], rank[o], gid[o]
+    nxt = (t[1:] == t[:-1]) & (r[1:] == r[:-1]) & (g[1:] != g[:-1])
+    if not nxt.any():
+        return None
+    ga, gb, ra = g[:-1][nxt], g[1:][nxt], r[:-1][nxt]
+    pairs = np.unique(np.stack([ga, gb], axis=1), axis=0)
+    ng = int(gid.max()) + 1
+    deg = np.bincount(pairs[:, 1], minlength=ng).tolist()
+    ptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=ng))].tolist()
+    succ = pairs[np.argsort(pairs[:, 0], kind="stable"), 1].tolist()
+    ready = [k for k in range(ng) if deg[k] == 0]
+    while ready:
+        k = ready.pop()
+        for m in succ[ptr[k]:ptr[k + 1]]:
+            deg[m] -= 1
+            if deg[m] == 0:
+                ready.append(m)
+    left = {k for k in range(ng) if deg[k] > 0}
+    if not left:
+        return None
+    # walk back along predecessors that are left until one repeats: that is a cycle
+    pred: dict[int, int] = {}
+    for a, b in pairs.tolist():
+        if a in left and b in left:
+            pred.setdefault(b, a)
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    k = min(left)
+    while k not in seen:
+        seen[k] = len(path)
+        path.append(k)
+        k = pred[k]
+    cycle = path[seen[k]:][::-1]
+    edges = []
+    for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+        ranks = sorted({int(x) for x in ra[(ga == a) & (gb == b)].tolist()})
+        edges.append((len(ranks), a, b, ranks))
+    _, a, b, ranks = min(edges)
+    return cycle, a, b, ranks
+
+
+def cycle_message(found: tuple[list[int], int, int, list[int]],
+                  name: Callable[[int], str]) -> str:
+    """One line naming a cycle `order_cycle` found (``name``: a collective's words)."""
+    cycle, a, b, ranks = found
+    names = ", ".join(name(k) for k in cycle[:4]) + (" ..." if len(cycle) > 4 else "")
+    n = len(ranks)
+    return (f"collectives wait on each other across ranks ({names}): rank{'s' if n > 1 else ''} "
+            f"{_span(ranks)} run{'s' if n == 1 else ''} {name(a)} before {name(b)}, the other "
+            "ranks the other way round: the ranks' sequence numbers (Seq) disagree")
 
 
 def _expected(pg_ranks: Any, group: int, given: set[int]) -> tuple[int | None, set[int]]:
