@@ -86,8 +86,10 @@ def test_diff_json_shape(cli) -> None:
     assert set(d) == {"base_step_us", "new_step_us", "predicted_step_us", "error",
                       "base_replayed_step_us", "predicted_change_us", "matched_fraction",
                       "matched_events", "unmatched_base", "unmatched_new", "attribution",
-                      "contributions", "notes"}
+                      "contributions", "steps", "base_spread_us", "new_spread_us", "noise_us",
+                      "change_within_noise", "notes"}
     assert all(set(c) == {"group", "delta_us"} for c in d["contributions"])
+    assert all(set(s) == {"base_us", "new_us", "predicted_us", "error"} for s in d["steps"])
     assert d["matched_fraction"] == 1.0 and d["predicted_change_us"] == pytest.approx(0.0, abs=1e-6)
 
 
