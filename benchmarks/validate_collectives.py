@@ -9,13 +9,16 @@ run's nccl-tests ``-g``), predict every row with
 percentile relative error of ``time_us`` (of ``busbw`` for busbw-only tables), and where it
 misses: the median signed time error by size band (`BANDS`: latency-bound small messages, the
 ramp, bandwidth-bound large ones), negative where the model is faster than the measurement
-(for busbw-only tables the time error is measured / predicted busbw - 1). Constants are the
-specs' (NCCL's tuning model and vendor figures); nothing here is fitted to the rows.
+(for busbw-only tables the time error is measured / predicted busbw - 1), and how many
+matching tables pass in each band. Constants are the specs': NCCL's tuning model, vendor
+figures, and the calibrated terms that benchmarks/fit_collectives.py fits (with
+leave-one-table-out error); nothing here fits anything.
 
     python benchmarks/validate_collectives.py [DIR] [--format table|json] [--figure PNG]
 
 ``DIR`` defaults to ../shared/nccl next to the repository. Targets: median <= 15% and p90 <=
-35% on tables whose system matches a bundled spec (``match`` column).
+35% on tables whose system matches a bundled spec (``match`` column), and median <= 15% in each
+size band a table has rows in.
 """
 
 from __future__ import annotations
@@ -75,10 +78,19 @@ class Result:
     gpus_per_thread: int = 1
     #: median signed time error per `BANDS` label (None: no row in the band)
     bias: dict[str, float | None] = field(default_factory=dict)
+    #: median |time error| per `BANDS` label (None: no row in the band)
+    band_error: dict[str, float | None] = field(default_factory=dict)
+
+    def band_passed(self, label: str) -> bool | None:
+        """The band's median |time error| within the median target; None without rows there
+        (a table of large messages only is no evidence for small ones)."""
+        e = self.band_error.get(label)
+        return None if e is None else e <= MEDIAN_TARGET
 
     @property
     def passed(self) -> bool:
-        return self.median <= MEDIAN_TARGET and self.p90 <= P90_TARGET
+        return (self.median <= MEDIAN_TARGET and self.p90 <= P90_TARGET
+                and all(self.band_passed(b[0]) is not False for b in BANDS))
 
 
 def _ranks(doc: dict, table: Table) -> int:
@@ -113,8 +125,8 @@ def _ranks_from_rows(doc: dict) -> int | None:
 def infer_table(doc: dict) -> Table | None:
     """A table's mapping from its own fields: the bundled spec of its GPU, the NIC bandwidth per GPU where it differs from the spec's (nodes > 1),
     the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), and
-    ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX or the GPU a PCIe / NVL
-    variant, and the run's -g
+    ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX (on more than one node:
+    a single node uses no NIC) or the GPU a PCIe / NVL variant, and the run's -g
     (`_gpus_per_thread`). None without a bundled spec for the GPU."""
     hw = doc.get("hardware") or {}
     gpu = str(hw.get("gpu") or "")
@@ -123,10 +135,12 @@ def infer_table(doc: dict) -> Table | None:
         return None
     spec = load_spec(name)
     sets: list[str] = []
-    match = (not any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS)
+    nodes = int(hw.get("nodes") or 1)
+    # one node uses no NIC: its cluster's fabric says nothing about the run
+    match = (not (nodes > 1 and any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS))
              and not _OTHER_GPUS.search(gpu))
     nics, gbps, gpn = hw.get("nics_per_node"), hw.get("nic_gbps"), hw.get("gpus_per_node") or 8
-    if nics and gbps and int(hw.get("nodes") or 1) > 1:
+    if nics and gbps and nodes > 1:
         per_gpu = float(nics) * float(gbps) / 8 / float(gpn)
         if abs(per_gpu - float(spec.value("network.inter_node_GBps"))) > 1e-9:
             sets.append(f"network.inter_node_GBps={per_gpu:g}")
@@ -158,20 +172,26 @@ def _row_op(row: dict, op: str) -> str:
     return normalize_op(str(row.get("op") or op))
 
 
-def validate_table(path: Path) -> Result | None:
-    """Predict every row of one table (mapped by `infer_table`); None for a table of a GPU
-    without a bundled spec."""
+def validate_table(path: Path, overrides: tuple[str, ...] = ()) -> Result | None:
+    """Predict every row of one table (mapped by `infer_table`; ``overrides`` are further
+    ``--set`` values, as the fitting script passes); None for a table of a GPU without a
+    bundled spec."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     table = infer_table(doc)
     if table is None:
         return None
     ranks, op = _ranks(doc, table), normalize_op(str(doc.get("op")))
     rpn = int((doc.get("hardware") or {}).get("gpus_per_node") or 8)
-    spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}"])
+    spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}", *overrides])
     rows = [r for r in doc.get("rows") or [] if r.get("bytes") is not None
             and _row_op(r, op) in NCCL_TESTS_OPS]
     g = table.gpus_per_thread
-    pred = [nccl_tests_rows(spec, _row_op(r, op), ranks, [int(r["bytes"])], g)[0] for r in rows]
+    pred: list = [None] * len(rows)
+    for row_op in {_row_op(r, op) for r in rows}:  # one vectorised call per collective
+        at = [i for i, r in enumerate(rows) if _row_op(r, op) == row_op]
+        got = nccl_tests_rows(spec, row_op, ranks, [int(rows[i]["bytes"]) for i in at], g)
+        for i, p in zip(at, got):
+            pred[i] = p
     timed = all(r.get("time_us") is not None for r in rows)
     metric = "time_us" if timed else "busbw"
     points, errs = [], []
@@ -183,17 +203,21 @@ def validate_table(path: Path) -> Result | None:
         signed = (got / meas if timed else meas / got) - 1 if meas > 0 and got > 0 else 0.0
         errs.append(err)
         points.append({"bytes": int(r["bytes"]), "measured": meas, "predicted": got,
+                       "predicted_us": p.time_us,
+                       "measured_us": p.time_us / (1 + signed) if signed > -1 else None,
                        "measured_busbw": float(r["busbw"]) if r.get("busbw") is not None else None,
                        "predicted_busbw": p.busbw_GBps, "algorithm": p.algorithm,
                        "protocol": p.protocol, "bound": p.bound, "rel_error": err,
                        "time_error": signed})
     e = np.array(errs) if errs else np.zeros(1)
-    bias = {}
+    bias, band_error = {}, {}
     for label, lo, hi in BANDS:
         band = [q["time_error"] for q in points if lo <= q["bytes"] < hi]
         bias[label] = float(np.median(band)) if band else None
+        band_error[label] = float(np.median(np.abs(band))) if band else None
     return Result(path.stem, table.spec, table.sets, op, ranks, metric, table.match, len(rows),
-                  float(np.median(e)), float(np.percentile(e, 90)), points, g, bias)
+                  float(np.median(e)), float(np.percentile(e, 90)), points, g, bias,
+                  band_error)
 
 
 def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
@@ -222,6 +246,13 @@ def render(results: list[Result]) -> str:
                      f"{verdict:<6} {r.gpus_per_thread:>2}{bias}  {' '.join(r.sets)}")
     lines.append(f"{'':<46} time error by size (median of predicted / measured time - 1; "
                  "negative: the model is faster)")
+    matching = [r for r in results if r.match]
+    lines.append(f"matching tables within target (median, p90 and every band's median |time "
+                 f"error|): {sum(r.passed for r in matching)}/{len(matching)}")
+    lines.append("band median |time error| <= 15%, matching tables with rows in the band: "
+                 + "; ".join(f"{label} {sum(r.band_passed(label) is True for r in matching)}/"
+                             f"{sum(r.band_passed(label) is not None for r in matching)}"
+                             for label, _, _ in BANDS))
     return "\n".join(lines)
 
 
