@@ -15,6 +15,7 @@ figures, and the calibrated terms that benchmarks/fit_collectives.py fits (with
 leave-one-table-out error); nothing here fits anything.
 
     python benchmarks/validate_collectives.py [DIR] [--format table|json] [--figure PNG]
+        [--band-figure PNG] [--tuning-only]
 
 ``DIR`` defaults to ../shared/nccl next to the repository. Targets: median <= 15% and p90 <=
 35% on tables whose system matches a bundled spec (``match`` column), and median <= 15% in each
@@ -282,16 +283,84 @@ def figure(results: list[Result], out: Path) -> None:
     fig.savefig(out, dpi=90)
 
 
+#: NCCL's tuning model alone: the calibrated terms set to what no calibration gives (no pipeline
+#: fill; the grouped launch at the spec's per-kernel launch cost)
+TUNING_ONLY = ("comm.fill_chunks=0",)
+
+
+def tuning_only(directory: Path) -> list[Result]:
+    """`validate_dir` with NCCL's tuning model alone (`TUNING_ONLY`, and each spec's
+    ``host.kernel_launch_us`` as the grouped launch cost): the comparison the calibrated
+    terms are judged against."""
+    out = []
+    for p in sorted(directory.glob("*.json")):
+        t = infer_table(json.loads(p.read_text(encoding="utf-8")))
+        if t is None:
+            continue
+        launch = load_spec(t.spec).value("host.kernel_launch_us")
+        r = validate_table(p, (*TUNING_ONLY, f"comm.group_launch_us={launch}"))
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def band_figure(results: list[Result], before: list[Result], out: Path) -> None:
+    """Predicted vs measured time per size band over the matching tables, NCCL's tuning model
+    alone (``before``) and with the calibrated terms (matplotlib OO API)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, (label, lo, hi) in enumerate(BANDS):
+        ax = fig.add_subplot(1, len(BANDS), i + 1)
+        title, seen = [label], []
+        for runs, style, name in ((before, dict(marker="o", mfc="none", color="0.55", ls=""),
+                                   "tuning model"),
+                                  (results, dict(marker=".", color="C0", ls=""), "calibrated")):
+            pts = [q for r in runs if r.match for q in r.points
+                   if lo <= q["bytes"] < hi and q["measured_us"]]
+            if not pts:
+                continue
+            x = np.array([q["measured_us"] for q in pts])
+            y = np.array([q["predicted_us"] for q in pts])
+            ax.plot(x, y, ms=4, label=name, **style)
+            seen += [*x, *y]
+            title.append(f"{name}: median |err| {np.median(np.abs(y / x - 1)):.0%}")
+        if not seen:
+            continue
+        ref = np.geomspace(min(seen), max(seen))
+        ax.plot(ref, ref, "k-", lw=0.8)
+        ax.fill_between(ref, ref * 0.85, ref * 1.15, color="0.9", zorder=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured time (us)", fontsize=8)
+        ax.set_ylabel("predicted time (us)", fontsize=8)
+        ax.set_title("\n".join(title), fontsize=8)
+        ax.tick_params(labelsize=7)
+        if i == 0:
+            ax.legend(fontsize=7)
+    fig.savefig(out, dpi=90)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--figure", type=Path, default=None)
+    ap.add_argument("--tuning-only", action="store_true",
+                    help="NCCL's tuning model alone: no pipeline fill, the grouped launch at "
+                         "host.kernel_launch_us (the comparison for the calibrated terms)")
+    ap.add_argument("--band-figure", type=Path, default=None,
+                    help="PNG: predicted vs measured time by size band, tuning model alone and "
+                         "with the calibrated terms")
     a = ap.parse_args(argv)
     if not a.dir.is_dir():
         print(f"{a.dir}: no such directory of nccl-tests tables; pass one", file=sys.stderr)
         return 2
     results, skipped = validate_dir(a.dir)
+    if a.tuning_only:
+        results = tuning_only(a.dir)
     if skipped:
         print(f"skipped (no bundled spec for the GPU): {', '.join(skipped)}", file=sys.stderr)
     if a.format == "json":
@@ -301,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(results))
     if a.figure:
         figure(results, a.figure)
+    if a.band_figure:
+        band_figure(results, tuning_only(a.dir), a.band_figure)
     return 0
 
 

@@ -572,3 +572,14 @@ def test_calibrated_values_are_listed_with_the_assumed_ones(capsys: pytest.Captu
     code, out, _ = cli(["hw", "show", "h100", "--assumed"], capsys)
     assert code == 0 and "comm.fill_chunks" in out and "calibrated" in out
     assert "fit_collectives.py" in spec.source("comm.fill_chunks")
+
+
+def test_published_all_to_all_rows_within_target() -> None:
+    """The published all-to-all rows bundled in the repository (tests/data/nccl_alltoall, each
+    file with its source address) are predicted within the targets; one size band only."""
+    results, skipped = vc.validate_dir(ROOT / "tests" / "data" / "nccl_alltoall")
+    assert results and not skipped
+    for r in results:
+        assert r.op == "all_to_all" and r.match
+        assert r.points[0]["algorithm"] == "direct"
+        assert r.passed, (r.name, r.median, r.band_error)
