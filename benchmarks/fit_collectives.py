@@ -5,7 +5,7 @@ Two terms are fitted, each one named mechanism (docs/hardware.md, "Calibrated te
 
 - ``comm.fill_chunks`` (one value for every GPU spec): chunk rounds of pipeline fill whose
   step synchronisation is not overlapped with transfer, so the in-node links run at
-  ``1 / (1 + fill / (1 + rounds))`` of their rate (`replay.hardware.collectives._fill_us`);
+  ``1 / (1 + fill / (1 + rounds))`` of their rate (`replay.hardware.collectives._as_run`);
 - ``comm.group_launch_us`` (per spec, as it is the host's): the per-GPU host cost of one
   thread launching a grouped collective on several GPUs (nccl-tests ``-g N``). A spec with no
   launch-bound row left to fit on keeps its ``host.kernel_launch_us``.

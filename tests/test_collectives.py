@@ -583,3 +583,13 @@ def test_published_all_to_all_rows_within_target() -> None:
         assert r.op == "all_to_all" and r.match
         assert r.points[0]["algorithm"] == "direct"
         assert r.passed, (r.name, r.median, r.band_error)
+
+
+def test_fit_script_without_tables_says_so_and_exits_0(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import fit_collectives
+
+    assert fit_collectives.main([str(tmp_path / "absent")]) == 0
+    assert "nothing to fit" in capsys.readouterr().out
+    assert fit_collectives.main([str(tmp_path)]) == 0  # a directory without a matching table
+    assert "nothing to fit" in capsys.readouterr().out

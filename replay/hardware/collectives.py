@@ -390,15 +390,20 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
     log_size = _log2i(np.maximum(size, 1.0) / 64.0).astype(np.int64)
     log_size = np.where(size >= 64, log_size, -1)
 
-    def candidates(slow: np.ndarray | float = 1.0) -> list[tuple[str, str, np.ndarray,
-                                                                 np.ndarray, np.ndarray,
-                                                                 np.ndarray]]:
-        """Every (algorithm, protocol) candidate, the in-node links at 1 / ``slow`` of their
-        rate (NVLS: of the rate of the channels NCCL's search gives them)."""
-        bi = bi_tuned / slow
+    def candidates(slow_group: np.ndarray | float = 1.0, slow_node: np.ndarray | float = 1.0,
+                   slow_one: np.ndarray | float = 1.0) -> list[tuple[str, str, np.ndarray,
+                                                                     np.ndarray, np.ndarray,
+                                                                     np.ndarray]]:
+        """Every (algorithm, protocol) candidate, the in-node links at 1 / ``slow_*`` of their
+        rate: ``slow_group`` for the algorithms that split a message over the group (ring,
+        hierarchical, direct), ``slow_node`` for NVLS (of the rate of the channels NCCL's
+        search gives it), ``slow_one`` for trees and CollNet (`_as_run`)."""
+        bi = bi_tuned / slow_group
         # (algorithm, protocol, applies, latency, transfer, post)
         cands: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         b_ring = np.where(multi, np.minimum(bi, np.minimum(L, t.channels) * bo), bi)
+        bi_one = bi_tuned / slow_one
+        b_ring_one = np.where(multi, np.minimum(bi_one, np.minimum(L, t.channels) * bo), bi_one)
         for proto in PROTOCOLS:
             floor = np.where(multi, t.post_us * (3.0 if proto == "simple" else 1.0), 0.0)
             li = np.maximum(t.intra[("ring", proto)], floor)
@@ -415,7 +420,8 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             algbw = algbw * _run_channels(t, size, t.channel_bytes[proto] * (p if proto == "ll" else 1))
             cands.append(("ring", proto, ok, lat, np.maximum(size / algbw, t_red), zero))
             # tree (AllReduce)
-            bus = np.minimum(_TREE_FRACTION * b_ring, t.channels * np.take(t.tree_channel, idx))
+            bus = np.minimum(_TREE_FRACTION * b_ring_one,
+                             t.channels * np.take(t.tree_channel, idx))
             if proto == "ll":
                 bus = np.minimum(bus / _TREE_LL_DIVISOR, np.take(t.ll_max, idx))
             elif proto == "ll128":
@@ -458,7 +464,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
         if t.nvls_efficiency > 0:
             ch = np.minimum(L, _NVLS_MAX_ARITY)
             per_ch = _step_down(bi_tuned / ch, _SPEEDS_INTRA)
-            intra = per_ch * t.nvls_efficiency * (ch - 1) / ch * np.where(ar, 2.0, fi) / slow
+            intra = per_ch * t.nvls_efficiency * (ch - 1) / ch * np.where(ar, 2.0, fi) / slow_node
             bus1 = ch * intra
             algbw = bus1 * p / np.maximum(nsteps, 1)
             ok = (ar | rsag) & ~multi & (L > 1)
@@ -472,7 +478,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             ok = ar & multi & (L > 1)
             cands.append(("nvls_tree", "simple", ok, lat, size / algbw, zero))
         if t.collnet:
-            algbw = 0.5 * b_ring * _run_channels(t, size, _COLLNET_CHANNEL_BYTES)
+            algbw = 0.5 * b_ring_one * _run_channels(t, size, _COLLNET_CHANNEL_BYTES)
             lat = 2 * (L - 1) * t.collnet_intra_us + t.collnet_inter_us
             ok = ar & multi
             cands.append(("collnet", "simple", ok, lat, size / algbw, zero))
@@ -532,15 +538,13 @@ def _as_run(t: Tuning, candidates, size: np.ndarray, p: np.ndarray,  # type: ign
     links through the same formulas, so where a NIC stays the bottleneck nothing changes, and
     more bandwidth or a larger rack never makes a collective slower; the fastest candidate as
     it runs is chosen (with ``fill`` 0: NCCL's tuning model alone)."""
-    tuned = candidates()
     if t.fill <= 0:
-        return tuned
-    peers = {"group": p, "node": np.minimum(L, _NVLS_MAX_ARITY), "one": np.ones(len(p))}
-    runs = {name: candidates(1.0 + t.fill / (1.0 + size / (n * t.channels * t.fill_chunk)))
-            for name, n in peers.items()}
-    kind = {"ring": "group", "direct": "group", "hierarchical": "group", "nvls": "node",
-            "nvls_tree": "node", "tree": "one", "collnet": "one"}
-    return [runs[kind[c[0]]][i] for i, c in enumerate(tuned)]
+        return candidates()
+
+    def slow(peers: np.ndarray) -> np.ndarray:
+        return 1.0 + t.fill / (1.0 + size / (peers * t.channels * t.fill_chunk))
+
+    return candidates(slow(p), slow(np.minimum(L, _NVLS_MAX_ARITY)), slow(np.ones(len(p))))
 
 
 def busbw_factor(op: str, p: int) -> float:
