@@ -44,6 +44,8 @@ def _child(case: Case, out_path: Path, err_path: Path) -> None:
     try:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
         os.environ.update(case.env)
+        if case.setup is not None:
+            case.setup()
         out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(out, 1)

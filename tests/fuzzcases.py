@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ from pathlib import Path
 EPOCH_US = 1_700_000_000_000_000
 
 OUTCOMES = ("clean exit 2", "clean exit 0", "traceback", "wrong exit", "hang", "silent wrong",
-            "query wrote")
+            "query wrote", "unsafe output")
 #: Prefix of a check's finding that a `query` changed or created a file (its own column).
 WROTE = "wrote: "
+#: Prefix of a check's finding that a name from a trace reached an output raw (its own column).
+UNSAFE = "unsafe: "
 
 
 def trace_doc(rank: int = 0, steps: int = 2, world: int = 1) -> dict:
@@ -151,6 +154,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     #: after the run: a description of what went wrong that the exit code cannot show, or None
     check: Callable[[], str | None] | None = None
+    #: in the case's own process, before it runs (a fault to inject, a lower memory limit)
+    setup: Callable[..., None] | None = None
 
 
 def is_clean_error(code: int, err: str) -> bool:
@@ -173,6 +178,8 @@ def classify(case: Case, code: int | None, out: str, err: str, crashed: bool,
     if problem:
         if problem.startswith(WROTE):
             return "query wrote", problem[len(WROTE):]
+        if problem.startswith(UNSAFE):
+            return "unsafe output", problem[len(UNSAFE):]
         return "silent wrong", problem
     assert code is not None
     if case.expect == "any" and code in (0, 1):  # e.g. validate: 1 = the check failed
@@ -644,6 +651,96 @@ def query_stream(ws: Workspace, rng: random.Random) -> Case:
     return Case("query stream", argv, "clean", sql[:60] + f" {fmt}", check=check)
 
 
+# ---- output escaping -------------------------------------------------------------------------
+# Names from a trace that attack where they are shown: a terminal (escape sequences, bidi
+# overrides), Markdown in a CI job summary (headings, HTML, links) and the HTML report (the end
+# of its script). Each case renders a trace (or a run) whose op, thread and annotation names are
+# hostile to a file in one format and checks that none of them arrives there raw.
+
+HOSTILE_NAMES = [
+    "\x1b]52;c;SU5KRUNURUQ=\x07clip", "\x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\",
+    "op\x1b[2K\rPASS", "\x1b[8mhidden\x1b[0m", "txt\u202eINJECTED\u202c", "del\x7f\x9b31m",
+    "x\n## INJECTED heading", "y\r# INJECTED", "<img src=x onerror=alert(1)>",
+    "<details><summary>INJECTED</summary>", "[INJECTED](https://evil.example)",
+    "<!--<script>", "</script><script>alert(1)</script>", "a|b`c``d", "&amp;<b>INJECTED</b>",
+]
+_RAW_HTML = re.compile(r"(?<!\\)<\s*(img|details|summary|script|b|!--)", re.I)
+
+
+def _unsafe_text(text: str, fmt: str) -> str | None:
+    """What in ``text`` (an output in ``fmt``) is a hostile name arriving raw, or None."""
+    from mtia_trace.escape import has_unsafe
+    body = text.replace("\n", "").replace("\t", "")
+    if fmt in ("table", "md") and has_unsafe(body):
+        return f"{fmt}: a control or bidi character"
+    if fmt == "md":
+        raw = re.sub(r"\\.", "", text)
+        if re.search(r"^\s{0,3}#{1,6}\s*INJECTED", text, re.M):
+            return "md: a name started a heading"
+        if _RAW_HTML.search(raw) or "](https://evil" in raw:
+            return "md: raw HTML or a link from a name"
+    if fmt == "html":
+        if "<!--<script>" in text or "alert(1)</script>" in text or "<b>INJECTED" in text:
+            return "html: a name ends or changes the page's markup"
+        for data in re.findall(r'<script type="application/json">(.*?)</script>', text, re.S):
+            if set("<>&") & set(data):
+                return "html: <, > or & raw in the embedded JSON"
+    return None
+
+
+def _hostile_trace(d: Path, rng: random.Random) -> Path:
+    doc = trace_doc(steps=2)
+    names = rng.sample(HOSTILE_NAMES, k=rng.choice([1, 2, 4]))
+    for e in doc["traceEvents"]:
+        if e.get("name") in ("aten::mm", "sm80_gemm") or e.get("ph") == "M":
+            target = e["args"] if e.get("ph") == "M" else e
+            target["name"] = rng.choice(names)
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": rng.choice(names),
+                               "pid": 1, "tid": 1, "ts": EPOCH_US + 1005, "dur": 80})
+    path = d / "t.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def output_escaping(ws: Workspace, rng: random.Random) -> Case:
+    d = ws.fresh("escape")
+    trace = _hostile_trace(d, rng)
+    run = d / "run"
+    out = d / "out"
+    cmd = rng.choice(["analyze", "query", "whatif", "report", "report-html", "diff"])
+    fmt = {"report-html": "html", "report": "md"}.get(cmd, rng.choice(["table", "md"]))
+    ingest_first = cmd in ("analyze", "query", "report", "report-html")
+    if cmd == "whatif":
+        argv = ["whatif", str(trace), "--top", "5", "--format", fmt, "-o", str(out), "-q"]
+    elif cmd == "diff":
+        argv = ["diff", str(trace), str(trace), "--format", "md" if fmt == "md" else "text",
+                "-o", str(out), "-q"]
+    else:
+        argv = []
+
+    def check() -> str | None:
+        from mtia_trace.cli import main
+        if ingest_first:
+            code = main(["replay", str(trace), "--hw", "mtia300", "-o", str(run), "-q"])
+            if code != 0:
+                return None  # refused: nothing rendered
+            sub = {"analyze": ["analyze", str(run), "top_ops", "critical_path", "--format", fmt],
+                   "query": ["query", str(run), "SELECT DISTINCT name, track FROM events",
+                             "--format", fmt],
+                   "report": ["report", str(run), "--format", "md"],
+                   "report-html": ["report", str(run), "--format", "html"]}[cmd]
+            if main([*sub, "-o", str(out)]) != 0:
+                return None
+        if not out.exists():
+            return None
+        found = _unsafe_text(out.read_text(errors="replace"), fmt)
+        return UNSAFE + found + f" ({cmd})" if found else None
+
+    if ingest_first:  # the case's own run happens in check(), after this harmless call
+        argv = ["inspect", str(trace)]
+    return Case("output escaping", argv, "clean", f"{cmd} {fmt}", check=check)
+
+
 FAMILIES: dict[str, Callable[[Workspace, random.Random], Case]] = {
     "ingest mutation": ingest_mutation,
     "ingest file": ingest_file,
@@ -656,4 +753,301 @@ FAMILIES: dict[str, Callable[[Workspace, random.Random], Case]] = {
     "arguments": arguments,
     "synth bounds": synth_bounds,
     "query stream": query_stream,
+    "output escaping": output_escaping,
 }
+
+
+# == families: multi-rank consistency, faults during writes, input shapes, the timestamp window,
+# memory limits =================================================================================
+# (kept in one block: other families are appended in blocks of their own)
+
+import errno  # noqa: E402
+import gzip as _gzip  # noqa: E402
+import sys  # noqa: E402
+
+from rank_edits import EDITS, EXPECT_ERROR, NEEDLES, edit, write_docs  # noqa: E402
+
+#: Families whose setup changes the process (a lower memory limit): run only in a forked child.
+FORK_ONLY = {"memory limits"}
+
+
+def _in_child(fn: Callable[[], None]) -> None:
+    """Run ``fn`` in a forked child when this process has not loaded Arrow yet (the campaign's
+    parent stays free of Arrow threads before it forks), else here."""
+    if "pyarrow" in sys.modules:
+        fn()
+        return
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+
+
+def _synth8(ws: Workspace) -> dict[int, dict]:
+    """The workspace's consistent 8-rank synthetic trace, as documents (made once)."""
+    out = ws.root / "synth8"
+    if not (out / "rank7.pt.trace.json.gz").is_file():
+        from mtia_trace.cli import main as cli_main
+
+        _in_child(lambda: None if cli_main(["synth", "-o", str(out), "--ranks", "8", "--steps",
+                                            "2"]) == 0 else sys.exit(1))
+    docs = getattr(ws, "_synth8_docs", None)
+    if docs is None:
+        docs = {}
+        for f in sorted(out.glob("*.json.gz")):
+            doc = json.loads(_gzip.decompress(f.read_bytes()))
+            docs[doc["distributedInfo"]["rank"]] = doc
+        ws._synth8_docs = docs  # type: ignore[attr-defined]
+    return docs
+
+
+def multi_rank(ws: Workspace, rng: random.Random) -> Case:
+    """An 8-rank trace with one rank edited so the ranks disagree: warned about (inspect,
+    replay and run.json) or, where no schedule exists, refused in one line."""
+    docs = _synth8(ws)
+    kind = rng.choice([*EDITS, "none"])
+    rank = rng.randrange(1, 8)
+    d = ws.fresh("ranks")
+    trace = write_docs(docs if kind == "none" else docs | {rank: edit(docs, kind, rank, rng)},
+                       d / "t")
+    cmd = rng.choice(["inspect", "replay"])
+    run = d / "run"
+    argv = ["inspect", str(trace)] if cmd == "inspect" else \
+        ["replay", str(trace), "--hw", rng.choice(["mtia300", "h100"]), "-o", str(run)]
+    what = f"{kind} on rank {rank}: {cmd}"
+    if kind == "none":
+        return Case("multi-rank consistency", argv, "ok", what, check=_no_partial_run(d))
+    needle = NEEDLES[kind]
+    if kind in EXPECT_ERROR and cmd == "replay":  # inspect warns
+        return Case("multi-rank consistency", argv, "error", what, needle=needle,
+                    check=_no_partial_run(d))
+
+    def check() -> str | None:
+        problem = _no_partial_run(d)()
+        if problem or cmd != "replay" or not (run / "run.json").is_file():
+            return problem
+        warned = json.loads((run / "run.json").read_text()).get("warnings", [])
+        return None if any(needle in w for w in warned) else f"run.json lacks {needle!r}"
+
+    return Case("multi-rank consistency", argv, "warn", what, needle=needle, check=check)
+
+
+#: Where outputs are written: a fault injected here is a full disk.
+_WRITERS = (("mtia_trace.storage", "write_table"), ("mtia_trace.synth.generate", "write_trace"),
+            ("pathlib", "Path.write_bytes"), ("pathlib", "Path.write_text"),
+            ("mtia_trace.cli.output", "_write_parquet"))
+
+
+def _disk_full_after(k: int, patch: Callable[[object, str, object], None]) -> None:
+    """Every write through `_WRITERS` after the first ``k`` raises ENOSPC."""
+    import importlib
+
+    calls = [0]
+    for mod, attr in _WRITERS:
+        owner: object = importlib.import_module(mod)
+        *path, name = attr.split(".")
+        for p in path:
+            owner = getattr(owner, p)
+        original = getattr(owner, name)
+
+        def failing(*a: object, _orig: Callable = original, **kw: object) -> object:
+            calls[0] += 1
+            if calls[0] > k:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return _orig(*a, **kw)
+
+        patch(owner, name, failing)
+
+
+def write_faults(ws: Workspace, rng: random.Random) -> Case:
+    """A full disk after the first k writes of a command that writes: one line (or, when the
+    command writes fewer times, success), nothing half-written, no temporary left."""
+    d = ws.fresh("enospc")
+    k = rng.choice([0, 0, 1, 2, 4])
+    cmd = rng.choice([
+        ["replay", str(ws.good), "--hw", "mtia300", "-q", "-o", str(d / "out")],
+        ["synth", "-o", str(d / "out"), "--ranks", "2", "--steps", "1"],
+        ["report", str(ws.run), "-o", str(d / "out")],
+        ["export", str(ws.run), "--perfetto", str(d / "out")],
+        ["query", str(ws.run), "SELECT * FROM steps", "--format", "parquet", "-o",
+         str(d / "out")],
+        ["sweep", str(ws.good), "--hw", "mtia300", "--vary", "comm.message_engines=4,8", "-q",
+         "-o", str(d / "out")],
+    ])
+    before = tree(ws.run)
+
+    def check() -> str | None:
+        left = [p.name for p in d.iterdir() if p.name.startswith(".")]
+        if left:
+            return f"left behind: {left}"
+        if tree(ws.run) != before:
+            return "the input run changed"
+        out = d / "out"
+        if out.is_dir() and cmd[0] == "replay" and not (out / "run.json").is_file():
+            return "half-written run"
+        return None
+
+    def setup(patch: Callable[[object, str, object], None] = setattr) -> None:
+        _disk_full_after(k, patch)
+
+    return Case("faults during writes", cmd, "clean", f"{cmd[0]} with ENOSPC after {k} writes",
+                needle="space left on device" if k == 0 and cmd[0] != "synth" else "",
+                check=check, setup=setup)
+
+
+def _events_file(path: Path, events: list[dict], extra: dict | None = None) -> Path:
+    path.write_text(json.dumps({"traceEvents": events, **(extra or {})}))
+    return path
+
+
+def input_shape(ws: Workspace, rng: random.Random) -> Case:
+    """Inputs whose cost grows with their shape: many identical or deeply nested events, many
+    threads, steps, ranks or collectives, a very long name. They finish (or are refused) within
+    the campaign's time limit."""
+    d = ws.fresh("shape")
+    kind = rng.choice(["identical", "nested", "threads", "steps", "ranks", "collectives",
+                       "long_name"])
+    x = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1}
+    n = rng.choice([50_000, 100_000, 200_000])
+    path = d / "t.json"
+    if kind == "identical":
+        _events_file(path, [{**x, "ts": 1000.0, "dur": 10.0}] * n)
+    elif kind == "nested":
+        _events_file(path, [{**x, "ts": 1000.0 + i, "dur": 4.0 * n - 2 * i} for i in range(n)])
+    elif kind == "threads":
+        _events_file(path, [{**x, "tid": i, "ts": 1000.0 + i, "dur": 5.0}
+                            for i in range(n // 5)])
+    elif kind == "steps":
+        _events_file(path, [{**x, "cat": "user_annotation", "name": f"ProfilerStep#{i}",
+                             "ts": 1000.0 + 10 * i, "dur": 9.0} for i in range(n // 5)])
+    elif kind == "ranks":
+        path = d / "t"
+        path.mkdir()
+        for r in range(rng.choice([200, 500])):
+            (path / f"rank{r}.json").write_text(json.dumps(trace_doc(rank=r, steps=1, world=500)))
+    elif kind == "collectives":
+        path = d / "t"
+        path.mkdir()
+        for r in range(2):
+            ev = [{**x, "name": "record_param_comms", "ts": 1000.0 + 10 * i, "dur": 5.0,
+                   "args": {"Seq": i, "Collective name": "allreduce", "In msg nelems": 1024,
+                            "Out msg nelems": 1024, "dtype": "Float", "Group size": 2,
+                            "Process Group Name": "0"}} for i in range(n // 10)]
+            _events_file(path / f"rank{r}.json", ev,
+                         {"distributedInfo": {"rank": r, "world_size": 2}})
+    else:
+        _events_file(path, [{**x, "name": "n" * rng.choice([10**5, 10**6, 10**7]), "ts": 1000.0,
+                             "dur": 10.0}])
+    cmd = rng.choice(["inspect", "replay"])
+    argv = ["inspect", str(path)] if cmd == "inspect" else \
+        ["replay", str(path), "--hw", "mtia300", "-q", "-o", str(d / "run")]
+    return Case("input shape", argv, "clean", f"{kind} x{n}: {cmd}", check=_no_partial_run(d))
+
+
+def timestamp_window(ws: Workspace, rng: random.Random) -> Case:
+    """Times near and past the int64-nanosecond window: replayed as measured to the step, or
+    refused in one line; never replayed wrong."""
+    d = ws.fresh("tswin")
+    doc = trace_doc(steps=3)
+    xs = [e for e in doc["traceEvents"] if "ts" in e]
+    kind = rng.choice(["near_max", "past_max", "2^63ns", "near_min", "past_min", "1e17",
+                       "2^53us", "huge_dur", "one_rank"])
+    t0 = min(e["ts"] for e in xs)
+    to = {"near_max": 3e15 - 1e4, "past_max": 3e15 + 1e4, "2^63ns": 2**63 / 1000,
+          "near_min": -3e15, "past_min": -3e15 - 1e4, "1e17": 1e17, "2^53us": 2.0**53,
+          "huge_dur": t0, "one_rank": t0}[kind]
+    for e in xs:
+        e["ts"] = e["ts"] - t0 + to
+    if kind == "huge_dur":
+        doc["traceEvents"][1]["dur"] = rng.choice([3e15, 3e15 + 1, 1e16])
+    path = d / "t.json"
+    if kind == "one_rank":  # two ranks, one shifted far: the skew is named, not replayed wrong
+        path = d / "t"
+        path.mkdir()
+        other = trace_doc(rank=1, steps=3, world=2)
+        for e in other["traceEvents"]:
+            if "ts" in e:
+                e["ts"] += rng.choice([1e12, 1e15])
+        doc["distributedInfo"]["world_size"] = 2
+        (path / "rank0.json").write_text(json.dumps(doc))
+        (path / "rank1.json").write_text(json.dumps(other))
+    else:
+        path.write_text(json.dumps(doc))
+    run = d / "run"
+    argv = ["replay", str(path), "-q", "-o", str(run)]  # as measured: must reproduce the trace
+
+    def check() -> str | None:
+        problem = _no_partial_run(d)()
+        if problem or not (run / "steps.parquet").is_file():
+            return problem
+        import numpy as np
+        import pyarrow.parquet as pq
+        t = pq.read_table(run / "steps.parquet")
+        total, measured = t.column("total_us").to_numpy(), t.column("measured_us").to_numpy()
+        if not (np.isfinite(total).all() and np.isfinite(measured).all()):
+            return f"{kind}: non-finite step times"
+        if measured.size and (np.abs(total - measured) > 1e-3 * np.maximum(measured, 1.0)
+                              + 1.0).any():
+            return f"{kind}: as-measured replay gives {total.tolist()} for {measured.tolist()}"
+        return None
+
+    return Case("timestamp window", argv, "clean", kind, check=check)
+
+
+def _cached(ws: Workspace, name: str, make: Callable[[Path], None]) -> Path:
+    path = ws.root / name
+    if not path.exists():
+        make(path)
+    return path
+
+
+def _whitespace_gz(path: Path) -> None:
+    with _gzip.open(path, "wb", compresslevel=1) as fh:
+        block = b" " * 2**24
+        for _ in range(96):  # 1.5 GiB of leading whitespace
+            fh.write(block)
+        fh.write(json.dumps(trace_doc()).encode())
+
+
+def memory_limits(ws: Workspace, rng: random.Random) -> Case:
+    """Work under a memory limit below the campaign's own: a clean result or one line
+    ("out of memory"), never a traceback."""
+    d = ws.fresh("mem")
+    limit = rng.choice([1, 2, 3]) * 2**30
+    kind = rng.choice(["whitespace", "identical", "query", "synth"])
+    env: dict[str, str] = {}
+    if kind == "whitespace":
+        argv = ["inspect", str(_cached(ws, "ws.json.gz", _whitespace_gz))]
+    elif kind == "identical":
+        big = _cached(ws, "same1m.json", lambda p: _events_file(
+            p, [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                 "ts": 1000.0, "dur": 10.0}] * 1_000_000))
+        argv = rng.choice([["inspect", str(big)],
+                           ["replay", str(big), "--hw", "mtia300", "-q", "-o", str(d / "run")]])
+    elif kind == "query":
+        argv = ["query", str(ws.run), "SELECT list(range) AS l FROM range(200000000)",
+                "--format", "csv", "-o", str(d / "q.csv")]
+    else:
+        env = {"MTIA_TRACE_SYNTH_MAX_MEMORY": "64G", "MTIA_TRACE_SYNTH_MAX_BYTES": "64G"}
+        argv = ["synth", "-o", str(d / "t"), "--ranks", "64", "--steps", "4"]
+
+    def setup(patch: Callable[[object, str, object], None] = setattr) -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return Case("memory limits", argv, "clean", f"{kind} under {limit >> 30} GiB", env=env,
+                check=_no_partial_run(d), setup=setup)
+
+
+FAMILIES.update({
+    "multi-rank consistency": multi_rank,
+    "faults during writes": write_faults,
+    "input shape": input_shape,
+    "timestamp window": timestamp_window,
+    "memory limits": memory_limits,
+})

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mtia_trace.errors import TraceFormatError
+from mtia_trace.ingest.consistency import cycle_message, order_cycle
 from replay.graph.events import EventArrays
 
 
@@ -72,6 +74,7 @@ def match_collectives(ev: EventArrays) -> tuple[Collectives, dict[str, object]]:
             last = np.full(gid.max() + 1, -np.inf)
             np.maximum.at(last, gid, ev.ts[ids])
             transfer[ids] = np.clip(ev.end[ids] - last[gid], 0.0, None)
+            _refuse_cycles(ev, ids, gid, df)
             first_id = df.groupby("gid")["id"].transform("first").to_numpy()
             other = ids != first_id
             coll_src = np.concatenate([ids[other], first_id[other]])
@@ -79,3 +82,18 @@ def match_collectives(ev: EventArrays) -> tuple[Collectives, dict[str, object]]:
     notes: dict[str, object] = {"collective_enqueues": len(enq_src),
                                 "collectives_matched": len(np.unique(group[group >= 0]))}
     return Collectives(group, transfer, coll_src, coll_dst, enq_src, enq_dst, worker_tr), notes
+
+
+def _refuse_cycles(ev: EventArrays, ids: np.ndarray, gid: np.ndarray, df: object) -> None:
+    """Raise `TraceFormatError` when matched collectives wait on each other (swapped sequence
+    numbers on a rank: `mtia_trace.ingest.consistency.order_cycle`)."""
+    import pandas as pd
+
+    found = order_cycle(ev.rank[ids], ev.tr_of[ids], ev.ts[ids], gid)
+    if found is None:
+        return
+    assert isinstance(df, pd.DataFrame)
+    first = df.drop_duplicates("gid").set_index("gid")
+    raise TraceFormatError(cycle_message(
+        found, lambda k: f"seq {first.loc[k, 'seq']} of process group {first.loc[k, 'pg']!r}")
+        + "; fix or re-export the rank's trace")
