@@ -17,8 +17,8 @@ without the table and predicts it, so a term that only fits its own tables shows
 
     python benchmarks/fit_collectives.py [DIR]
 
-``DIR`` defaults to ../shared/nccl next to the repository; without it the script says so and
-exits 0 (the repository never needs ../shared).
+``DIR`` defaults to ../shared/nccl next to the repository, else the copy in tests/data/nccl (the
+repository never needs ../shared); a directory without matching tables is said so, exit 0.
 """
 
 from __future__ import annotations

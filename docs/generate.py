@@ -273,7 +273,8 @@ on NVSwitch systems (on two A100 tables that agree with each other, H100 and H20
 runs, an H200 all-gather across two nodes), and no public source gives the missing cost. Two
 terms carry it, each one named mechanism, labelled `calibrated` in the specs (`hw show
 --assumed` lists them) and fitted by `python benchmarks/fit_collectives.py [DIR]` (it reads the
-published tables, ../shared/nccl by default, and exits 0 without them):
+published tables: ../shared/nccl when present, else the copy in tests/data/nccl; given a
+directory without them it says so and exits 0):
 
 - **Pipeline fill** (`comm.fill_chunks`, one value for every GPU spec: 0.75). A channel moves
   its data in chunks of at most `comm.fill_chunk_bytes` per peer (NCCL's Simple step, 4 MiB /
