@@ -187,8 +187,9 @@ def throughput_table(doc: dict) -> str:
         out.append(f"| {r['name']} | {r['hw']} | {r['ranks']} | {r['sharding']} | "
                    f"{r['measured_ms']:.3f} | {r['predicted_ms']:.3f} | "
                    f"{r['step_error']:+.1%} | {largest} |")
-    out += ["", "Ratios of two measured step times of one publication against the same ratio "
-            "of predictions (ratio error: predicted / measured ratio - 1):", "",
+    out += ["", "Ratios of two measured step times of one publication or one round (same "
+            "software and configuration) against the same ratio of predictions (ratio error: "
+            "predicted / measured ratio - 1):", "",
             "| ratio | measured | predicted | ratio error |", "|---|---:|---:|---:|"]
     out += [f"| {r['name']} | {r['measured']:.3f} | {r['predicted']:.3f} | {r['error']:+.1%} |"
             for r in doc["ratios"]]
@@ -304,9 +305,9 @@ terms without the table and predicts it (median / p90 / median per size band of 
 ```
 $ python benchmarks/fit_collectives.py
 fitted on 11 matching tables: comm.fill_chunks = 0.75; comm.group_launch_us = a100 5.6, h100 4.2, h200 3.9
-  a100.toml carries fill 0.8, group launch 5.6  <- differs from the fit
-  h100.toml carries fill 0.8, group launch 4.2  <- differs from the fit
-  h200.toml carries fill 0.8, group launch 3.9  <- differs from the fit
+  a100.toml carries fill 0.75, group launch 5.6
+  h100.toml carries fill 0.75, group launch 4.2
+  h200.toml carries fill 0.75, group launch 3.9
 table                                        -g  in-sample      p90     <64K 64K-256M   >=256M   | leave-one-out  p90     <64K 64K-256M   >=256M   LOO fill
 -----------------------------------------------------------------------------------------------------------------------------------------------------------
 azure_nda100v4_1node_allreduce_busbw          8      3.9%     6.8%     3.9%     5.2%     2.1%   |      5.8%    22.1%    20.6%     5.8%     2.1%   0.75
@@ -411,33 +412,38 @@ where the all-to-all's fill and latency are as modelled for the other collective
 `python benchmarks/validate_throughput.py` rebuilds published training runs whose configuration
 is public with `mtia-trace synth` (same model, ranks, global batch, precision, id skew of the
 data) and replays them with `mtia-trace replay --hw SPEC` on the published system's spec; the
-predicted step time is the mean `total_us` over steps and ranks. The points are NVIDIA's MLPerf
-Training v3.0 DLRM-DCNv2 runs (HugeCTR; the measured step time comes from the result logs'
-training time between two evaluations, mlcommons/training_results_v3.0 at 9f08e30), which are
-the `dlrm-dcnv2` preset's model, and NVIDIA DeepLearningExamples' TensorFlow 2 DLRM throughputs
+predicted step time is the mean `total_us` over steps and ranks. The points are MLPerf Training
+DLRM-DCNv2 runs (HugeCTR; the measured step time comes from the result logs' training time
+between two evaluations): NVIDIA's DGX H100 at 1, 8 and 16 nodes and Dell's XE9680 with 8 A100
+and with 8 H100 from round v3.0 (mlcommons/training_results_v3.0 at 9f08e30), NVIDIA's H100
+(Eos) and H200 nodes from round v4.0 (training_results_v4.0 at 6fe9543); they are the
+`dlrm-dcnv2` preset's model. Also NVIDIA DeepLearningExamples' TensorFlow 2 DLRM throughputs
 on a DGX A100 (doc/DLRM.md at d53419f, its synthetic Criteo data: one lookup per table,
 power-law ids with exponent 1.45). Nothing is fitted; the script cites each number's source and
-derivation. Result (error: predicted / measured step time - 1; negative: the model is faster;
-generated from `benchmarks/results/throughput.json`, which `python
-benchmarks/validate_throughput.py --json-out benchmarks/results/throughput.json` writes, gated
-like the collectives by `benchmarks/gates.json`):
+derivation. Other submitters' runs of v4.0/v4.1 and NVIDIA's B200 preview (v4.1) are not rows:
+they are held back to judge the model. Result (error: predicted / measured step time - 1;
+negative: the model is faster; generated from `benchmarks/results/throughput.json`, which
+`python benchmarks/validate_throughput.py --json-out benchmarks/results/throughput.json`
+writes, gated like the collectives by `benchmarks/gates.json`):
 
 @THROUGHPUT_TABLE@
 
-Read the absolute step times of a synthetic workload as good to within a factor of about 2.5
-(8-60% off here), in a direction set by the software stack the model does not see. Against
-HugeCTR's MLPerf runs the model is 8-45% slow. At one node its largest parts are the embedding
-fetch, priced with FP32 tables and a random-row HBM efficiency of 0.6 (both labelled
-assumed), and the peer wait the preset's table-wise sharding leaves (2.2 ms of ranks waiting
-for the rank with the most lookups; HugeCTR balances its tables, and row-wise or
-table-row-wise sharding still leave +37%). From 8 to
-16 nodes at the same global batch the measured step stays at 2.95 ms while the model's
-shortens by 9%, so its scaling at small per-GPU batches is optimistic. Against
-the TensorFlow 2 runs it is 18-60% fast, most where framework cost matters most: measured, 8
-GPUs run 3.0-3.8x the samples of one GPU, where the model's PyTorch-style step gives 5.2-5.5x.
-Ratios between targets (the replay's purpose) carry less of this error than absolute times, as
-both sides share the workload; with a trace of your own run the workload is measured, not
-synthesized.
+The embedding kernels are priced at the fractions of HBM peak FBGEMM's TBE reaches on H100 over
+Meta's production workloads, 64.7% forward and 26.5% for the backward with its fused optimizer
+update (meta-pytorch/torchrec PR 4757; published for H100, carried over to the other GPUs and
+MTIA as assumed); the tables are FP32 as the submission's planner budgets them, and its
+balancing planner is the preset's `auto` plan. With those the one-node H100 step is 22% slow,
+the A100/H100 ratio is within 2%, and the H200/H100 ratio misses by 12%: H200's 4.8 TB/s
+shortens the model's step by 20% where the measured step is 9.5% shorter. The model's one-node
+step is 65% fetch, nearly all of it embedding kernels priced on HBM bandwidth; the measured
+ratio says the part of the real step that scales with HBM bandwidth is about a third. No
+published TBE measurement on H200 (or a latency-bound gather model with a published per-SM figure) is in the
+spec, so this stays a known miss, not a tuned value. Across nodes the error is set by the
+collectives (the largest parts at 8 and 16 nodes), and the model's scaling is off both ways:
+64 GPUs 23% too slow relative to 8, 128 GPUs 20% too fast. Against the TensorFlow 2 runs it is
+18-60% fast, most where framework cost matters most: measured, 8 GPUs run 3.0-3.8x the samples
+of one GPU, where the model's PyTorch-style step gives 5.2-5.5x. With a trace of your own run
+the workload is measured, not synthesized.
 """
 
 
@@ -659,12 +665,13 @@ def render_readme_validation() -> str:
          "the same", f"median per table {_span([t['median'] for t in other])}",
          "the same"),
         (f"Step time of {len(pts)} published training runs, rebuilt with `synth`",
-         "MLPerf Training v3.0 DGX H100 result logs; NVIDIA DeepLearningExamples TF2 DLRM "
-         "on DGX A100",
+         "MLPerf Training DLRM-DCNv2 result logs (v3.0: NVIDIA DGX H100 at 1-16 nodes, Dell "
+         "XE9680 8x A100 and 8x H100; v4.0: NVIDIA H100 and H200); NVIDIA DeepLearningExamples "
+         "TF2 DLRM on DGX A100",
          f"{_span([p['step_error'] for p in pts], signed=True)} (predicted / measured - 1)",
          "absolute error per run"),
-        (f"{len(thr['ratios'])} ratios of two runs of one publication (more nodes or GPUs, "
-         "other precision)", "the same",
+        (f"{len(thr['ratios'])} ratios of two runs of one publication or round (more nodes or "
+         "GPUs, other precision, A100 / H100, H200 / H100)", "the same",
          f"{_span([r['error'] for r in thr['ratios']], signed=True)}", "absolute error per ratio"),
     ]
     out = ["| out-of-sample check | ground truth | today's error | gated in CI |",

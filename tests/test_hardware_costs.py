@@ -111,6 +111,22 @@ def test_copies_and_embedding() -> None:
     assert c.fetch_us[1] > 1e8 / (3350e3 * 0.8)          # gathers slower than streaming
 
 
+def test_embedding_backward_priced_at_its_own_efficiency() -> None:
+    """The TBE backward (fused optimizer update) moves its bytes at the spec's backward
+    fraction of HBM peak, the forward at the forward one: with the cache off, the time ratio of
+    two equal-byte kernels is the ratio of the two fractions."""
+    fwd = "fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel"
+    bwd = "fbgemm_gpu::split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel"
+    rows = [dict(kind="embedding", name=fwd, bytes_read=1e8),
+            dict(kind="embedding", name=bwd, bytes_read=1e8)]
+    for f, b in ((0.5, 0.25), (0.8, 0.4)):
+        spec = load_spec("h100", ["cache.capacity_MB=0.000001", f"hbm.gather_efficiency={f}",
+                                  f"hbm.gather_backward_efficiency={b}"])
+        c = model_for(spec, mode="roofline").cost(events(rows))
+        t = c.compute_us + c.fetch_us
+        assert t[1] / t[0] == pytest.approx(f / b, rel=1e-6)
+
+
 def test_scaled_mode_keeps_measured_inefficiency() -> None:
     ev = events([dict(kind="elementwise", bytes_read=1e6, dur_us=100.0),
                  dict(kind="elementwise", dur_us=50.0)])  # no bytes: the kind's peak ratio

@@ -34,7 +34,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ("replay", "replay_cmd", "replay",
      "Replay a trace on target hardware and store the run (Parquet + run.json)."),
     ("validate", "validate_cmd", "validate",
-     "Replay a trace as measured and print measured vs replayed time per rank and step."),
+     "Replay a trace as measured and compare it with the trace: step times and device starts."),
     ("query", "query_cmd", "query", "Run SQL over stored runs with DuckDB (read-only)."),
     ("analyze", "analyze_cmd", "analyze",
      "Run named analyses over a stored run and print their tables."),

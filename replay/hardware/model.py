@@ -55,6 +55,7 @@ from replay.hardware import collectives as coll_mod
 from replay.hardware import interference as inter_mod
 from replay.hardware.compute import (
     element_bytes,
+    is_embedding_backward,
     is_link_copy,
     kind_codes,
     kind_mask,
@@ -175,10 +176,12 @@ class HardwareModel:
         return keys
 
     # -- pricing ---------------------------------------------------------------------------
-    def _roofline(self, spec: HardwareSpec, kind, flops, brw, copy_bytes, dtype, link, shard):
+    def _roofline(self, spec: HardwareSpec, kind, flops, brw, copy_bytes, dtype, link, shard,
+                  backward):
         """Roofline of events with their rank's embedding shard (bytes, NaN: the spec's)."""
         hit = _hit_by_shard(spec, shard)
-        r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link, hit)
+        r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link, hit,
+                     backward)
         return r.compute_us, r.fetch_us, r.memory_us
 
     def _source(self, events: pa.Table) -> tuple[HardwareSpec | None, str]:
@@ -252,7 +255,11 @@ class HardwareModel:
             if len(copies):
                 lk[copies] = is_link_copy(events.column("name").take(pa.array(sub[copies])))
             dt = dtype.take(pa.array(sub))
-            tc, tf, tm = self._roofline(spec, k, f, b, cb, dt, lk, shard[sub])
+            bwd = np.zeros(len(sub), dtype=bool)
+            emb = np.flatnonzero(k == KINDS.index("embedding"))
+            if len(emb):
+                bwd[emb] = is_embedding_backward(events.column("name").take(pa.array(sub[emb])))
+            tc, tf, tm = self._roofline(spec, k, f, b, cb, dt, lk, shard[sub], bwd)
             d = dur[sub]
             data = has_data[sub]
             if source is not None:
@@ -261,8 +268,8 @@ class HardwareModel:
                 pf = np.where(data, f, np.where(gemm, 1.0, 0.0))
                 pb = np.where(data, b, np.where(gemm, 0.0, 1.0))
                 pcb = np.where(data, cb, 1.0)
-                ptc, ptf, ptm = self._roofline(spec, k, pf, pb, pcb, dt, lk, shard[sub])
-                stc, stf, stm = self._roofline(source, k, pf, pb, pcb, dt, lk, shard[sub])
+                ptc, ptf, ptm = self._roofline(spec, k, pf, pb, pcb, dt, lk, shard[sub], bwd)
+                stc, stf, stm = self._roofline(source, k, pf, pb, pcb, dt, lk, shard[sub], bwd)
                 tt, ts = ptc + ptf, stc + stf
                 ratio = np.divide(tt, ts, out=np.ones_like(tt), where=ts > 0)
                 scaled = d * ratio

@@ -47,6 +47,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "hbm.capacity_GB",
     "hbm.efficiency",
     "hbm.gather_efficiency",
+    "hbm.gather_backward_efficiency",
     "cache.capacity_MB",
     "cache.bandwidth_GBps",
     "cache.zipf_alpha",
@@ -119,7 +120,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 #: Keys that must lie in (0, 1].
 FRACTIONS = ("compute.efficiency_gemm", "compute.efficiency_other", "hbm.efficiency",
-             "hbm.gather_efficiency", "comm.intra_efficiency", "comm.inter_efficiency")
+             "hbm.gather_efficiency", "hbm.gather_backward_efficiency", "comm.intra_efficiency",
+             "comm.inter_efficiency")
 
 
 @dataclass
