@@ -15,9 +15,10 @@ NO_LATENCY = [f"network.{c}_{a}_{p}_us=0" for c in ("intra", "inter") for a in (
               for p in ("ll", "ll128", "simple")] + [
     f"comm.{a}_base_{p}_us=0" for a in ("ring", "tree") for p in ("ll", "ll128", "simple")] + [
     "comm.post_us=0"]
-#: A one-rack offloaded spec with round numbers: 100 GB/s = 1e5 B/us, no latency, no posts.
+#: A one-rack offloaded spec with round numbers: 100 GB/s = 1e5 B/us, no latency, no posts, no
+#: pipeline fill (the calibrated as-run term; tests/test_collectives.py covers it).
 PLAIN = ["network.intra_node_GBps=100", "comm.intra_efficiency=1", "network.inter_node_GBps=10",
-         "comm.inter_efficiency=1", *NO_LATENCY]
+         "comm.inter_efficiency=1", *NO_LATENCY, "comm.fill_chunks=0"]
 
 
 def events(rows: list[dict]) -> pa.Table:  # noqa: F821
@@ -76,7 +77,8 @@ def test_express_doorbell_saving_40_rank_all_to_all() -> None:
 
 def test_hierarchical_allreduce_by_hand() -> None:
     spec = load_spec("h100", ["comm.intra_efficiency=1", "comm.inter_efficiency=1",
-                              "comm.algorithm=hierarchical", "comm.protocol=simple", *NO_LATENCY])
+                              "comm.algorithm=hierarchical", "comm.protocol=simple", *NO_LATENCY,
+                              "comm.fill_chunks=0"])
     c = model_for(spec).cost(events([coll("all_reduce", 16e6, 16)]))
     # L=8, N=2: 2*(7/8)*n over NVLink 450 GB/s + 2*(1/2)*(n/8) over the 50 GB/s NIC
     want = 2 * 7 / 8 * 16e6 / 450e3 + 2 * 0.5 * 2e6 / 50e3
