@@ -432,17 +432,17 @@ The embedding kernels are priced at the fractions of HBM peak FBGEMM's TBE reach
 Meta's production workloads, 64.7% forward and 26.5% for the backward with its fused optimizer
 update (meta-pytorch/torchrec PR 4757; published for H100, carried over to the other GPUs and
 MTIA as assumed); the tables are FP32 as the submission's planner budgets them, and its
-balancing planner is the preset's `auto` plan. With those the one-node H100 step is 22% slow,
-the A100/H100 ratio is within 2%, and the H200/H100 ratio misses by 12%: H200's 4.8 TB/s
-shortens the model's step by 20% where the measured step is 9.5% shorter. The model's one-node
-step is 65% fetch, nearly all of it embedding kernels priced on HBM bandwidth; the measured
+balancing planner is the preset's `auto` plan. With those the one-node H100 step is 28% slow,
+the A100/H100 ratio is within 1%, and the H200/H100 ratio misses by 11%: H200's 4.8 TB/s
+shortens the model's step by 19% where the measured step is 9.5% shorter. The model's one-node
+step is 62% fetch, nearly all of it embedding kernels priced on HBM bandwidth; the measured
 ratio says the part of the real step that scales with HBM bandwidth is about a third. No
 published TBE measurement on H200 (or a latency-bound gather model with a published per-SM figure) is in the
 spec, so this stays a known miss, not a tuned value. Across nodes the error is set by the
 collectives (the largest parts at 8 and 16 nodes), and the model's scaling is off both ways:
-64 GPUs 23% too slow relative to 8, 128 GPUs 20% too fast. Against the TensorFlow 2 runs it is
-18-60% fast, most where framework cost matters most: measured, 8 GPUs run 3.0-3.8x the samples
-of one GPU, where the model's PyTorch-style step gives 5.2-5.5x. With a trace of your own run
+64 GPUs 23% too slow relative to 8, 128 GPUs 13% too fast. Against the TensorFlow 2 runs it is
+18-56% fast, most where framework cost matters most: measured, 8 GPUs run 3.0-3.8x the samples
+of one GPU, where the model's PyTorch-style step gives 4.7-5.1x. With a trace of your own run
 the workload is measured, not synthesized.
 """
 
