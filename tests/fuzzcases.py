@@ -728,7 +728,7 @@ def multi_rank(ws: Workspace, rng: random.Random) -> Case:
         return Case("multi-rank consistency", argv, "ok", what, check=_no_partial_run(d))
     needle = NEEDLES[kind]
     if kind in EXPECT_ERROR and cmd == "replay":  # inspect warns
-        return Case("multi-rank consistency", argv, "error", what, needle=needle,
+        return Case("multi-rank consistency", [*argv, "-q"], "error", what, needle=needle,
                     check=_no_partial_run(d))
 
     def check() -> str | None:
