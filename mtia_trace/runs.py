@@ -44,9 +44,12 @@ _serial = itertools.count()
 _READ_FAILED = re.compile(r"registered as '(_ds\d+)' failed: (?:\w+Error: )?(.*)")
 
 
-def _register(con: duckdb.DuckDBPyConnection, run: Run, table: str) -> str:
+def _register(con: duckdb.DuckDBPyConnection, run: Run, table: str,
+              loaded: pa.Table | None = None) -> str:
+    """Register ``run``'s ``table``: the Arrow table already read when given (DuckDB scans it in
+    memory), else the run's file as a dataset that Arrow opens per statement."""
     name = f"_ds{next(_serial)}"
-    con.register(name, run.dataset(table))
+    con.register(name, loaded if loaded is not None else run.dataset(table))
     _DATASETS[name] = (run.path, table)
     return name
 
@@ -87,8 +90,13 @@ def _engine_views_sql(runs: Sequence[Run], names: dict[tuple[str, int], str]) ->
     return "\n".join(out) + "\n" + sql[sql.index("CREATE OR REPLACE VIEW runs"):]
 
 
-def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.DuckDBPyConnection:
+def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path, *,
+            loaded: Sequence[dict[str, pa.Table]] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the views over ``runs``, unable to touch any file.
+
+    ``loaded`` (one dict per run, table name -> Arrow table) hands over tables the caller has
+    already read, so statements scan them in memory instead of decoding the Parquet file again
+    each time (a report runs every analyzer over the same run).
 
     The runs' Parquet files are opened read-only by Arrow and handed to DuckDB as datasets, so
     the engine needs no file access at all: external access is off, the configuration locked and
@@ -102,7 +110,7 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path) -> duckdb.D
         resolved = find_runs([r.path if isinstance(r, Run) else r for r in runs])
     con = duckdb.connect(":memory:", config={
         "autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    names = {(table, i): _register(con, run, table)
+    names = {(table, i): _register(con, run, table, loaded[i].get(table) if loaded else None)
              for i, run in enumerate(resolved) for table in TABLES}
     con.execute(_engine_views_sql(resolved, names))
     con.execute("SET enable_external_access = false")

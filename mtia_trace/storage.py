@@ -37,7 +37,7 @@ from mtia_trace.errors import (
     SchemaVersionError,
     UsageError,
 )
-from mtia_trace.run_meta import RunMeta
+from mtia_trace.run_meta import AS_MEASURED, RunMeta
 
 #: The tables of a run, in file order, with their canonical schemas.
 TABLES: dict[str, pa.Schema] = {
@@ -305,10 +305,21 @@ def sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def used_mode(meta: RunMeta) -> str | None:
+    """The costing mode a run used (``roofline``, ``scaled``, ``as-measured``), from the cost
+    model's notes; the requested one (e.g. ``auto``) for runs written without them."""
+    model = (meta.assumptions.model or {}) if meta.assumptions else {}
+    if model.get("mode"):
+        return str(model["mode"])
+    if model.get("costing") == "as-measured" or meta.hardware == AS_MEASURED:
+        return AS_MEASURED
+    return meta.options.mode
+
+
 def _run_row(run: Run, path: str) -> dict[str, object]:
     m = run.meta
     return {
-        "run": run.name, "path": path, "hardware": m.hardware, "mode": m.options.mode,
+        "run": run.name, "path": path, "hardware": m.hardware, "mode": used_mode(m),
         "seed": m.seed, "loss_rate": m.options.loss_rate,
         "traces": ", ".join(t.path for t in m.traces), "events": m.rows.get("events"),
         "tool_version": m.tool_version, "schema_version": m.schema_version,

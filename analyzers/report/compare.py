@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from analyzers.report import fmt
 from analyzers.report.document import Block, Heading, Items, Paragraph, Table
-from analyzers.report.headline import Attribution, attribution, findings, per_rank_collectives
+from analyzers.report.headline import (
+    Attribution,
+    attribution,
+    findings,
+    identical_reason,
+    per_rank_collectives,
+)
 from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import RunData
@@ -196,6 +202,19 @@ def verdict(c: Comparison) -> str:
     return f"✅ **No regression**: {c.metric} {change} is within the {limit}."
 
 
+def steps_overlap(c: Comparison) -> str | None:
+    """A sentence when the two runs' step times (per rank-step, min to max) overlap and the
+    mean changed: the change is within the runs' own step-to-step spread."""
+    aa, ab = attribution(c.base), attribution(c.new)
+    if aa.rank_steps < 2 or ab.rank_steps < 2 or _same(c):
+        return None
+    if max(aa.step_min_us, ab.step_min_us) > min(aa.step_max_us, ab.step_max_us):
+        return None
+    return (f"The two runs' step times overlap (baseline {fmt.us(aa.step_min_us)}–"
+            f"{fmt.us(aa.step_max_us)} µs, new {fmt.us(ab.step_min_us)}–{fmt.us(ab.step_max_us)} "
+            "µs per rank-step): the change of the mean is within their step-to-step spread.")
+
+
 def _delta_row(d: Delta, step_us: float) -> list[str]:
     return [d.name, fmt.us(d.a), fmt.us(d.b), fmt.signed_us(d.delta), fmt.us_ratio(d.a, d.b),
             fmt.signed_pct(d.delta / step_us) if step_us else "–"]
@@ -216,10 +235,10 @@ def compare_blocks(c: Comparison) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, f"mtia-trace compare: {a_name} → {b_name}"),
         Paragraph(verdict(c)),
+        *([Paragraph(o)] if (o := steps_overlap(c)) else list[Block]()),
         *([Paragraph("**Not like for like:**"), Items([w + "." for w in c.warnings])]
           if c.warnings else list[Block]()),
-        *([Paragraph(f"**{c.base.hardware} and {c.new.hardware} give the same step time "
-                     "(host-bound): the hardware does not change this step.**")]
+        *([Paragraph(f"**{identical_reason(c.base, [c.new])}.**")]
           if c.base.hardware != c.new.hardware and _same(c) else list[Block]()),
         Paragraph(f"Baseline **{a_name}** on {c.base.hardware}; new **{b_name}** on "
                   f"{c.new.hardware}. Values are µs per rank-step; the last column is the change "
@@ -286,6 +305,7 @@ def compare_dict(c: Comparison) -> dict:
         "new": {"run": c.new.name, "hardware": c.new.hardware},
         "metric": c.metric, "threshold": c.threshold, "regressed": c.regressed,
         "gate": row(c.gate),
+        "steps_overlap": steps_overlap(c) is not None,
         "components": [row(d) for d in c.components],
         "warnings": c.warnings,
         "rank_collectives": [{**row(d), "column": col}

@@ -12,6 +12,7 @@ import none of them, so they do not pay for pyarrow, DuckDB, pandas or matplotli
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 
 from mtia_trace import __version__
 from mtia_trace.errors import MtiaTraceError
+from mtia_trace.escape import TerminalStream
 
 #: Every command, in the order `--help` lists them: (name, module in `mtia_trace.cli`, attribute,
 #: summary). The attribute is a command function or a `typer.Typer` sub-app. The summary is the
@@ -32,7 +34,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ("replay", "replay_cmd", "replay",
      "Replay a trace on target hardware and store the run (Parquet + run.json)."),
     ("validate", "validate_cmd", "validate",
-     "Replay a trace as measured and print measured vs replayed time per rank and step."),
+     "Replay a trace as measured and compare it with the trace: step times and device starts."),
     ("query", "query_cmd", "query", "Run SQL over stored runs with DuckDB (read-only)."),
     ("analyze", "analyze_cmd", "analyze",
      "Run named analyses over a stored run and print their tables."),
@@ -70,11 +72,22 @@ def _plain_metavar(param: Any, ctx: Any) -> None:
         if param.metavar is None and param.nargs == 1:
             param.metavar = param.name.upper()
         param.display_type_rich = _no_type  # type: ignore[method-assign]
+        param._usage_display_name = lambda p=param: _usage_name(p)  # type: ignore[method-assign,misc]
         return
     if param.metavar is None:
         kind = shown.strip("<>").removesuffix(" range").removeprefix("list[").rstrip("]")
         param.metavar = {"int": "N", "float": "X", "path": "PATH", "Path": "PATH"}.get(
             kind, param.name.upper())
+
+
+def _usage_name(param: Any) -> str:
+    """An argument in the usage line as Unix usage writes it: ``TRACE``, ``[NAME]...`` (typer
+    puts required ones in braces, ``{TRACE}``, which reads as literal braces)."""
+    name = str(param.display_name_raw)
+    if param.metavar is not None and (" " in name or "[" in name or name.endswith("...")):
+        return name  # a metavar that spells out its own shape
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 and not name.endswith("...") else "")
 
 
 def _plain_metavars(cmd: Any) -> None:
@@ -177,6 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line; Ctrl-C
     (typer turns it into exit 130) as one line too.
     """
+    saved = sys.stdout, sys.stderr
+    for name in ("stdout", "stderr"):  # no name from a trace reaches a terminal raw
+        stream = getattr(sys, name)
+        isatty = getattr(stream, "isatty", None)
+        if isatty is not None and isatty() and not isinstance(stream, TerminalStream):
+            setattr(sys, name, TerminalStream(stream))
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         app(args=argv, prog_name="mtia-trace")
     except KeyboardInterrupt:  # raised outside typer's own handling (e.g. while it starts)

@@ -6,18 +6,12 @@ from pathlib import Path
 
 import typer
 
+from analyzers.report import fmt
 from mtia_trace.cli.json_output import print_json, records
 from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
+from mtia_trace.escape import terminal
 from mtia_trace.ingest import load
 from mtia_trace.trace_summary import Summary, summarize
-
-
-def _bytes(b: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(b) < 1024 or unit == "TB":
-            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
-        b /= 1024
-    return f"{b:.1f} TB"
 
 
 def render(s: Summary) -> str:
@@ -26,17 +20,19 @@ def render(s: Summary) -> str:
     add(f"ranks: {len(s.ranks)} ({', '.join(map(str, s.ranks))})")
     for f in s.files:
         extra = f", backend {f['backend']}, world_size {f['world_size']}" if f["backend"] else ""
-        add(f"  rank {f['rank']}: {Path(f['path']).name}, {f['events']:,} events{extra}")
+        add(f"  rank {f['rank']}: {terminal(Path(f['path']).name)}, {f['events']:,} events"
+            f"{terminal(extra)}")
     add("")
     add("steps (measured):")
     for rank, g in s.steps.groupby("rank"):
-        parts = [f"#{int(r.step)} {r.measured_us / 1e3:.2f} ms" for r in g.itertuples()]
+        parts = [f"#{int(r.step)} {fmt.duration(r.measured_us)}" for r in g.itertuples()]
         add(f"  rank {rank}: " + ", ".join(parts))
     add("")
     if len(s.streams):
         add("device streams:")
         for r in s.streams.itertuples():
-            add(f"  rank {r.rank} {r.track}: {r.events:,} events, busy {r.busy_us / 1e3:.2f} ms")
+            add(f"  rank {r.rank} {terminal(r.track)}: {r.events:,} events, busy "
+                f"{fmt.duration(r.busy_us)}")
     else:
         add("device streams: none (CPU-only trace: host ops are the work)")
     add("")
@@ -45,21 +41,23 @@ def render(s: Summary) -> str:
     what = "device time" if s.device else "host self time"
     add(f"top ops by {what}:")
     for r in s.top_ops.itertuples():
-        name = r.name if len(r.name) <= 60 else r.name[:57] + "..."
-        add(f"  {r.total_us / 1e3:9.3f} ms {r.share:6.1%} {r.calls:7,}x  {r.kind:<11} {name}")
+        name = terminal(r.name, cells=True)
+        name = name if len(name) <= 60 else name[:59] + "…"
+        add(f"  {fmt.duration(r.total_us):>11} {r.share:6.1%} {r.calls:7,}x  {r.kind:<11} {name}")
     add("")
     if len(s.collectives):
         add("collectives (per rank instances, bytes summed over ranks):")
         for r in s.collectives.itertuples():
-            pg = r.pg if isinstance(r.pg, str) else "?"
-            add(f"  {r.coll_op:<15} pg {pg:<4} {r.count:5,}x  in {_bytes(r.bytes_in)}, out {_bytes(r.bytes_out)}")
+            pg = terminal(r.pg, cells=True) if isinstance(r.pg, str) else "?"
+            add(f"  {terminal(str(r.coll_op), cells=True):<15} pg {pg:<4} {r.count:5,}x  in "
+                f"{fmt.nbytes(r.bytes_in)}, out {fmt.nbytes(r.bytes_out)}")
     else:
         add("collectives: none")
     add("")
     if s.warnings:
         add(f"warnings ({len(s.warnings)}):")
         for w in s.warnings:
-            add(f"  - {w}")
+            add(f"  - {terminal(w, cells=True)}")
     else:
         add("warnings: none")
     return "\n".join(out)

@@ -24,7 +24,9 @@ def query(
     args: list[str] = typer.Argument(
         ..., metavar="RUN... [SQL]",
         help="Run directories (or folders of runs), then the SQL unless -f or --views is given."),
-    sql_file: Path = typer.Option(None, "-f", "--file", help="Read the SQL from this file."),
+    sql_file: Path = typer.Option(None, "--file", help="Read the SQL from this file."),
+    sql_file_short: Path = typer.Option(None, "-f", hidden=True,
+                                        help="Old spelling of --file (-f is --format elsewhere)."),
     views: bool = typer.Option(False, "--views",
                                help="Print the CREATE VIEW statements over the runs and exit."),
     fmt: str = FORMAT_OPTION,  # a `Format` once parsed
@@ -45,6 +47,7 @@ def query(
     Example: mtia-trace query runs/demo-mtia300 "SELECT step, avg(total_us) FROM steps GROUP BY 1"
     """
     fmt = parse_format(fmt)  # the callback's Format, for the type checker
+    sql_file = sql_file if sql_file is not None else sql_file_short
     if out is not None:
         check_file(out, force=force)
     paths = list(args)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from analyzers.report import fmt as fmt_
 from mtia_trace.cli.options import FORCE_OPTION, SOURCE_HW_OPTION, TRACE_ARGUMENT
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, parse_format
 from mtia_trace.destinations import check_file
@@ -36,9 +37,11 @@ def whatif(
     group's costs (and the self time of its ops) scaled. Busy work off the critical path gains
     nothing. Each group is a --whatif selector you can pass to `replay`.
 
-    Columns (us): busy_us is the group's busy time per step (all ranks), step_us the replayed
-    mean step, step_2x_us / gain_2x_us with the group 2x faster, step_zero_us / gain_zero_us
-    with it at zero.
+    Columns (us; a table shows them in one unit that fits, e.g. busy_ms): selects says what
+    the group selects in words, busy_us is the group's busy time per step (all ranks), step_us
+    the replayed mean step, step_2x_us / gain_2x_us with the group 2x faster, step_zero_us /
+    gain_zero_us with it at zero. A launch call's own time and the kernels it launched
+    (launched_by=NAME) are two groups.
 
     Example: mtia-trace whatif sample_traces/torch_cpu_dlrm --top 10
     """
@@ -49,6 +52,6 @@ def whatif(
         table, base = profile_trace(trace, hw=hw, top=top, by=parse_group_by(by),
                                     speedup=speedup, source_hw=source_hw, progress=progress)
     if fmt is Format.table and out is None and not quiet:
-        typer.echo(f"replayed mean step on {hw}: {base:,.1f} us; groups by gain when "
-                   f"{speedup:g}x faster")
+        typer.echo(f"replayed mean step on {hw}: {fmt_.duration(base)}; groups by gain when "
+                   f"{speedup:g}x faster ('selects' says what each group selects)")
     emit(table, fmt, out, force=force)

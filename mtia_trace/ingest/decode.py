@@ -27,7 +27,7 @@ import stat
 import struct
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -382,6 +382,11 @@ _EVENTS = msgspec.json.Decoder(list[PhasedEvent])  # type: ignore[valid-type]
 _DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 
 
+#: Called with the bytes of JSON read so far from the file being read (a terminal's progress
+#: line sets it; readers in other processes never call it).
+on_bytes_read: Callable[[int], None] | None = None
+
+
 class Pieces:
     """A trace file's events decoded a piece at a time (the phased decode, `decode`), so neither
     its whole JSON text nor all of its decoded events are held at once: iterate for lists of
@@ -412,6 +417,8 @@ class Pieces:
         digest = hashlib.sha256()
         for block in _json_blocks(self.path, digest):
             self.size += len(block)
+            if on_bytes_read is not None:
+                on_bytes_read(self.size)
             yield block
         self.sha256 = digest.hexdigest()
 
