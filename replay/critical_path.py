@@ -108,7 +108,7 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     if g.unexplained_lag is not None:
         unx_w[di] = g.unexplained_lag[ev[di]]
     if g.unexplained_gap is not None:
-        gp = g.unexplained_gap & hi
+        gp = g.unexplained_gap & ~dev_pos  # gaps, and waits no dependency explains
         unx_w[gp] = s.w[gp]
     ucum = np.zeros((1, npos + 1))
     ucum[0, 1:] = np.minimum(np.maximum(unx_w, 0.0), seg)
@@ -132,13 +132,13 @@ def _track_cumsum(cum: np.ndarray, ptr: np.ndarray) -> None:
 
 
 def _edge_category(bound: int, on_device: bool) -> int:
-    """Launch latency and a host wait's return latency (sync, queue) are host; a
+    """Launch latency and a host wait's return latency (sync, queue, thread) are host; a
     device-side wait's lag idle."""
     if bound == EDGE_CODE["launch"]:
         return CAT["host"]
     if bound == EDGE_CODE["sync"]:
         return CAT["idle"] if on_device else CAT["host"]
-    if bound == EDGE_CODE["queue"]:
+    if bound in (EDGE_CODE["queue"], EDGE_CODE["thread"]):
         return CAT["host"]  # the call's return after the op it waited on
     return CAT["idle"]
 
