@@ -138,6 +138,9 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
         t0 = time.perf_counter()
         result = replay_events(events, model, progress=say, whatifs=whatifs)
         t_replay = time.perf_counter() - t0
+        cpu_only = (getattr(result, "notes", {}) or {}).get("cpu_only")
+        if cpu_only and warn is not None:
+            warn(f"{h}: {cpu_only}")
         say(f"writing {dests[h]}")
         meta = {
             "hardware": h,

@@ -188,8 +188,10 @@ def test_identical_targets_are_called_host_bound() -> None:
 @requires_real
 def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """The MTIA training trace is host-bound: 99% of its step is host time no recorded op
-    accounts for, and it falls back to roofline costing with flops known for a small share."""
+    """The MTIA training trace is host-bound: most of its step is host time no recorded op
+    accounts for (80%: the main thread's 5.7 s in ``## backward ##`` is a wait on the autograd
+    engine thread, whose ops and gaps take the critical path; 99% while the wait was host time),
+    and it falls back to roofline costing with flops known for a small share."""
     trace = REAL / "hta" / "mtia_trace_single_rank"
     if not trace.is_dir():
         pytest.skip("hta/mtia_trace_single_rank not found")
@@ -199,13 +201,13 @@ def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
     run = load_run(tmp_path / "run")
     d = report_dict(run)
     top = d["bottlenecks"][0]
-    assert top["key"] == "host_untracked" and top["share"] > 0.9
+    assert top["key"] == "host_untracked" and top["share"] > 0.75
     assert d["costing"]["mode"] == "roofline" and 0 < d["costing"]["priced_work_time_fraction"] < 0.5
     assert d["host_bound"] is True
     text = render_markdown(build_report(run, with_figures=False))
     head = text.split("### Where the time went")[0]
     assert "Costing: **roofline**" in head and "of device-work time" in head
-    assert "1. Untracked host time is 9" in head and "**Host-bound" in head
+    assert "1. Untracked host time is " in head and "**Host-bound" in head
     assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span
 
 
