@@ -20,6 +20,7 @@ from mtia_trace.storage import TABLES, check_destination, write_run
 from replay.attribution import unexplained_summary
 from replay.costs import AsMeasured
 from replay.distributed import driver
+from replay.graph.cycles import cycle_warning
 from replay.hardware import load_spec, model_for
 from replay.hardware.source import with_source
 from replay.run import replay_events
@@ -138,9 +139,10 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
         t0 = time.perf_counter()
         result = replay_events(events, model, progress=say, whatifs=whatifs)
         t_replay = time.perf_counter() - t0
-        cpu_only = (getattr(result, "notes", {}) or {}).get("cpu_only")
-        if cpu_only and warn is not None:
-            warn(f"{h}: {cpu_only}")
+        notes = getattr(result, "notes", {}) or {}
+        for w in (notes.get("cpu_only"), cycle_warning(notes)):
+            if w and warn is not None:
+                warn(f"{h}: {w}")
         say(f"writing {dests[h]}")
         meta = {
             "hardware": h,

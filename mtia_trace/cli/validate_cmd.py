@@ -11,6 +11,7 @@ from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
 from replay.costs import AsMeasured
 from replay.graph import build_graph
+from replay.graph.cycles import cycle_warning
 from replay.hardware import load_spec
 from replay.hardware.source import with_source
 from replay.run import replay_events
@@ -112,6 +113,9 @@ def validate(
     if unlinked:
         typer.echo(f"note: {unlinked} device events have no launch link in the trace; "
                    "their starts follow only their stream")
+    cyc = cycle_warning(g.notes)
+    if cyc:
+        typer.echo(f"mtia-trace: warning: {cyc}", err=True)
     if worst > limit:
         which = "strict step error" if strict else "worst step error"
         typer.echo(f"validate: FAIL: {which} {worst:.3%} exceeds {limit:.3%}", err=True)

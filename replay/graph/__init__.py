@@ -37,6 +37,9 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
 - ``host`` / ``stream`` edges in the stored table document the track chains (consecutive top-level
   host ops, consecutive stream ops) with their lags.
 
+An edge that runs backward in measured time and closes a cycle (flow events or correlation ids
+inconsistent with the kernels) is dropped and counted (`replay.graph.cycles`).
+
 Ready lag of a device event: measured start − the latest measured end (start, for launches) of
 its inputs. It is kernel-launch / inter-kernel latency; it is capped at ``max_ready_lag_us`` so a
 start delayed by a dependency the graph lacks is *not* absorbed (that shows up as replay error).
@@ -69,6 +72,7 @@ from replay.graph.chains import (
     stream_chains,
 )
 from replay.graph.collectives import match_collectives
+from replay.graph.cycles import cycle_edges
 from replay.graph.events import _is_in, event_arrays, event_times, time_keys
 from replay.graph.queue import queue_edges
 from replay.graph.sync import (
@@ -180,6 +184,12 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
                                       np.full(len(tsrc), EDGE_CODE["thread"], dtype=np.int8)]))
         unexplained_gap[tk] = False  # the wait's return latency
     unexplained_gap[tunx] = True  # a wait no thread explains
+    drop, n_cyc = cycle_edges(ch.order, ch.track_ptr, ch.ptime, cross.src_pt, cross.dst_pt,
+                              cross.etype == EDGE_CODE["collective"])
+    notes |= n_cyc
+    if drop.any():
+        k = ~drop
+        cross = Edges(cross.src_pt[k], cross.dst_pt[k], cross.lag[k], cross.etype[k])
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
                  gap=ch.gap, leaf_end=ch.leaf_end, base=chain_bases(ev, ch), src_pt=cross.src_pt,
                  dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
