@@ -140,9 +140,9 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
         result = replay_events(events, model, progress=say, whatifs=whatifs)
         t_replay = time.perf_counter() - t0
         notes = getattr(result, "notes", {}) or {}
-        for w in (notes.get("cpu_only"), cycle_warning(notes)):
-            if w and warn is not None:
-                warn(f"{h}: {w}")
+        for said in (notes.get("cpu_only"), cycle_warning(notes)):
+            if said and warn is not None:
+                warn(f"{h}: {said}")
         say(f"writing {dests[h]}")
         meta = {
             "hardware": h,
