@@ -1,10 +1,12 @@
 """Device busy and idle time per stream and per rank within the steps (HTA's temporal breakdown).
 
 Per rank, for each device stream and for all streams together (``stream = 'all'``): the wall time
-of the rank's step windows split into compute, memory (copies, memsets), communication and idle,
-as interval unions, so the shares of a row sum to 100 % and overlapping kernels are not counted
-twice. In the ``all`` row a moment where kinds overlap counts once, in the first of compute,
-communication, memory (HTA counts compute first as well). Ranks without device events are left out.
+of the rank's step windows split into kernels (every device kernel that is neither a collective
+nor a copy: embedding gathers are kernels here, though much of their cost is ``fetch``),
+collectives, copies (memcpy, memset) and idle, as interval unions, so the shares of a row sum to
+100 % and overlapping kernels are not counted twice. In the ``all`` row a moment where kinds
+overlap counts once, in the first of kernel, collective, copy (HTA counts compute first as
+well). Ranks without device events are left out.
 """
 
 from __future__ import annotations
@@ -25,18 +27,18 @@ SCHEMA = pa.schema([
     ("stream", pa.string()),        # device track ('dev:<device>:<stream>') or 'all'
     ("window_us", pa.float64()),    # the rank's summed step wall time (us)
     ("busy_us", pa.float64()),      # time any work ran on the stream(s) (us)
-    ("compute_us", pa.float64()),   # of busy: compute kernels (us)
-    ("comm_us", pa.float64()),      # of busy: collectives / p2p, when no compute ran (us)
-    ("memory_us", pa.float64()),    # of busy: copies / memsets, when nothing else ran (us)
+    ("kernel_us", pa.float64()),    # of busy: kernels other than collectives and copies (us)
+    ("collective_us", pa.float64()),  # of busy: collectives / p2p, when no kernel ran (us)
+    ("copy_us", pa.float64()),      # of busy: copies / memsets, when nothing else ran (us)
     ("idle_us", pa.float64()),      # window_us - busy_us (us)
     ("busy_pct", pa.float64()),     # busy_us / window_us, percent
-    ("compute_pct", pa.float64()),
-    ("comm_pct", pa.float64()),
-    ("memory_pct", pa.float64()),
+    ("kernel_pct", pa.float64()),
+    ("collective_pct", pa.float64()),
+    ("copy_pct", pa.float64()),
     ("idle_pct", pa.float64()),
 ])
 
-_GROUPS = (("compute", COMPUTE_KINDS), ("comm", COMM_KINDS), ("memory", MEMORY_KINDS))
+_GROUPS = (("kernel", COMPUTE_KINDS), ("collective", COMM_KINDS), ("copy", MEMORY_KINDS))
 
 
 def _clip(s: np.ndarray, e: np.ndarray, ws: np.ndarray, we: np.ndarray
@@ -52,7 +54,7 @@ def _clip(s: np.ndarray, e: np.ndarray, ws: np.ndarray, we: np.ndarray
 
 def breakdown(s: np.ndarray, e: np.ndarray, group: np.ndarray, window_us: float
               ) -> dict[str, float]:
-    """Busy/compute/comm/memory/idle microseconds of intervals (already clipped to the windows);
+    """Busy/kernel/collective/copy/idle microseconds of intervals (already clipped to the windows);
     ``group`` holds each interval's group index in `_GROUPS`."""
     seg_s, seg_e = union(s, e)
     busy = float((seg_e - seg_s).sum())
@@ -104,7 +106,7 @@ def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
             out["rank"].append(r)
             out["stream"].append(name)
             out["window_us"].append(window)
-            for k in ("busy", "compute", "comm", "memory", "idle"):
+            for k in ("busy", "kernel", "collective", "copy", "idle"):
                 out[f"{k}_us"].append(parts[f"{k}_us"])
                 out[f"{k}_pct"].append(100 * parts[f"{k}_us"] / window if window > 0 else None)
     return pa.table(out, schema=SCHEMA)

@@ -14,10 +14,10 @@ DESCRIPTION = "Share of each rank's communication time overlapped by computation
 
 SCHEMA = pa.schema([
     ("rank", pa.int32()),
-    ("compute_us", pa.float64()),   # time any compute ran (union of intervals, us)
-    ("comm_us", pa.float64()),      # time any communication ran (union of intervals, us)
+    ("kernel_us", pa.float64()),    # time any non-communication work ran (union, us)
+    ("collective_us", pa.float64()),  # time any communication ran (union of intervals, us)
     ("overlap_us", pa.float64()),   # time both ran (us)
-    ("overlap_pct", pa.float64()),  # overlap_us / comm_us, percent (HTA's comp_comm_overlap_pctg)
+    ("overlap_pct", pa.float64()),  # overlap_us / collective_us, percent (HTA's comp_comm_overlap_pctg)
 ])
 
 
@@ -36,8 +36,8 @@ def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
         both = float(covered(comp_s, comp_e, comm_s, comm_e).sum())
         comm_us = float((comm_e - comm_s).sum())
         out["rank"].append(int(rank[lo]))
-        out["compute_us"].append(float((comp_e - comp_s).sum()))
-        out["comm_us"].append(comm_us)
+        out["kernel_us"].append(float((comp_e - comp_s).sum()))
+        out["collective_us"].append(comm_us)
         out["overlap_us"].append(both)
         out["overlap_pct"].append(100 * both / comm_us if comm_us > 0 else None)
     return pa.table(out, schema=SCHEMA)

@@ -13,8 +13,11 @@ ramp, bandwidth-bound large ones), negative where the model is faster than the m
 specs' (NCCL's tuning model and vendor figures); nothing here is fitted to the rows.
 
     python benchmarks/validate_collectives.py [DIR] [--format table|json] [--figure PNG]
+        [--json-out benchmarks/results/collectives.json]
 
-``DIR`` defaults to ../shared/nccl next to the repository. Targets: median <= 15% and p90 <=
+``DIR`` defaults to ../shared/nccl next to the repository, else tests/data/nccl (a copy).
+``--json-out`` writes each table's figures (`summary`), from which docs/generate.py renders the
+table in docs/hardware.md and benchmarks/gates.json's bounds are checked. Targets: median <= 15% and p90 <=
 35% on tables whose system matches a bundled spec (``match`` column).
 """
 
@@ -35,7 +38,10 @@ from replay.hardware.collectives import nccl_tests_rows, normalize_op
 MEDIAN_TARGET, P90_TARGET = 0.15, 0.35
 #: size bands the signed error is summarised over: (label, smallest bytes, bytes past the band)
 BANDS = (("<64K", 0, 64 << 10), ("64K-256M", 64 << 10, 256 << 20), (">=256M", 256 << 20, 1 << 62))
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / ".." / "shared" / "nccl"
+_REPO = Path(__file__).resolve().parent.parent
+#: ../shared/nccl when present, else the copy vendored with the tests
+DEFAULT_DIR = next((d for d in (_REPO / ".." / "shared" / "nccl", _REPO / "tests" / "data" / "nccl")
+                    if d.is_dir()), _REPO / "tests" / "data" / "nccl")
 
 @dataclass(frozen=True)
 class Table:
@@ -208,6 +214,14 @@ def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
     return results, skipped
 
 
+def summary(results: list[Result]) -> list[dict]:
+    """Each table's figures without its rows (what the docs and the gates read)."""
+    keys = ("name", "spec", "sets", "op", "ranks", "metric", "match", "rows", "median", "p90",
+            "gpus_per_thread", "bias")
+    return [{k: list(v) if isinstance(v := getattr(r, k), tuple) else v for k in keys}
+            | {"passed": r.passed} for r in results]
+
+
 def render(results: list[Result]) -> str:
     bands = "".join(f" {label:>8}" for label, _, _ in BANDS)
     head = f"{'table':<46} {'spec':<6} {'ranks':>5} {'metric':<7} {'n':>3} {'median':>7} " \
@@ -256,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--figure", type=Path, default=None)
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="write each table's figures here (benchmarks/results/collectives.json)")
     a = ap.parse_args(argv)
     if not a.dir.is_dir():
         print(f"{a.dir}: no such directory of nccl-tests tables; pass one", file=sys.stderr)
@@ -270,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(results))
     if a.figure:
         figure(results, a.figure)
+    if a.json_out:
+        a.json_out.write_text(json.dumps(summary(results), indent=1) + "\n", encoding="utf-8")
     return 0
 
 

@@ -12,6 +12,13 @@ data). Where a publication leaves a choice open (how the tables are sharded), th
 choice is used and the column ``sharding`` says which.
 
     python benchmarks/validate_throughput.py [--only NAME] [--format table|json]
+        [--json-out benchmarks/results/throughput.json]
+
+Beside each point's error, `RATIOS` compares two measured step times of one publication (more
+nodes, more GPUs, another precision) with the same ratio of predictions: the ratio error is
+predicted ratio / measured ratio - 1. ``--json-out`` writes points and ratios, from which
+docs/generate.py renders the table in docs/hardware.md and benchmarks/gates.json's bounds are
+checked.
 
 Sources (every number below is copied from these, with its derivation):
 
@@ -117,6 +124,31 @@ POINTS = (
 )
 
 
+#: ratio name -> (numerator point, denominator point): two step times of one publication
+RATIOS = {
+    "MLPerf H100: 16 nodes / 8 nodes": ("mlperf3.0-dgxh100-16x8", "mlperf3.0-dgxh100-8x8"),
+    "MLPerf H100: 8 nodes / 1 node": ("mlperf3.0-dgxh100-8x8", "mlperf3.0-dgxh100-1x8"),
+    "DLE A100 TF32: 8 GPUs / 1 GPU": ("dle-tf2-dlrm-8xa100-tf32", "dle-tf2-dlrm-1xa100-tf32"),
+    "DLE A100 AMP: 8 GPUs / 1 GPU": ("dle-tf2-dlrm-8xa100-amp", "dle-tf2-dlrm-1xa100-amp"),
+    "DLE A100 1 GPU: AMP / TF32": ("dle-tf2-dlrm-1xa100-amp", "dle-tf2-dlrm-1xa100-tf32"),
+    "DLE A100 8 GPUs: AMP / TF32": ("dle-tf2-dlrm-8xa100-amp", "dle-tf2-dlrm-8xa100-tf32"),
+}
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """`RATIOS` whose two points are in ``rows``: measured and predicted step-time ratio, and the
+    ratio error (predicted / measured - 1)."""
+    by = {r["name"]: r for r in rows}
+    out = []
+    for name, (a, b) in RATIOS.items():
+        if a in by and b in by:
+            meas = by[a]["measured_ms"] / by[b]["measured_ms"]
+            pred = by[a]["predicted_ms"] / by[b]["predicted_ms"]
+            out.append({"name": name, "points": [a, b], "measured": meas, "predicted": pred,
+                        "error": pred / meas - 1})
+    return out
+
+
 def _cli(*args: str) -> str:
     """Run ``mtia-trace ARGS`` in a child process (the pipeline every user runs); its stdout."""
     code = "import sys; from mtia_trace.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -157,21 +189,32 @@ def predict(p: Point, work: Path) -> dict:
             "parts_us": {k: v for k, v in mean.items() if k != "total_us"}, "source": p.source}
 
 
+def run(points: list[Point]) -> list[dict]:
+    """`predict` every point (progress on stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for i, p in enumerate(points, 1):
+            print(f"[{i}/{len(points)}] {p.name}: synth + replay on {p.hw}", file=sys.stderr)
+            rows.append(predict(p, Path(tmp)))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", help="run only the named point (repeatable)")
     ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="write points and ratios here (benchmarks/results/throughput.json)")
     a = ap.parse_args(argv)
     points = [p for p in POINTS if not a.only or p.name in a.only]
     if not points:
         print(f"--only {a.only}: no such point; one of {', '.join(p.name for p in POINTS)}",
               file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = []
-        for i, p in enumerate(points, 1):
-            print(f"[{i}/{len(points)}] {p.name}: synth + replay on {p.hw}", file=sys.stderr)
-            rows.append(predict(p, Path(tmp)))
+    rows = run(points)
+    if a.json_out:
+        a.json_out.write_text(json.dumps({"points": rows, "ratios": ratios(rows)}, indent=1)
+                              + "\n", encoding="utf-8")
     if a.format == "json":
         print(json.dumps(rows, indent=1))
         return 0
@@ -183,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['measured_ms']:>11.3f} {r['predicted_ms']:>12.3f} {r['step_error']:>+7.1%}  "
               + ", ".join(f"{k.removesuffix('_us')} {v:,.0f}" for k, v in parts))
     print("error: predicted / measured step time - 1 (negative: the model is faster)")
+    for r in ratios(rows):
+        print(f"{r['name']:<32} measured {r['measured']:.3f}  predicted {r['predicted']:.3f}  "
+              f"ratio error {r['error']:+.1%}")
     return 0
 
 

@@ -10,12 +10,15 @@ query cookbook below (`tests/test_docs.py` runs every query against a replayed s
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
-if str(ROOT) not in sys.path:
+try:  # the installed package when there is one (CI checks the installed wheel), else this tree
+    import mtia_trace  # noqa: F401
+except ImportError:
     sys.path.insert(0, str(ROOT))
 
 HELP_WIDTH = 100
@@ -61,8 +64,10 @@ def render_cli() -> str:
              "baseline run is missing. Ctrl-C stops any command with one line and exit code 130."
              "\n\nOne spelling per option: `-o/--output` for where results go, `--format` without "
              "a short form. Earlier spellings still work but are not listed below: `--out` "
-             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff) and "
-             "`--format markdown` (now `md`).\n\n"]
+             "(replay, sweep, synth), `-f` for `--format` (report, compare, diff), `-f` for "
+             "`--file` (query), `--mode` for `--phase` (synth: `--mode` is costing in replay "
+             "and sweep) and `--format markdown` (now `md`). `analyze --format json` is one "
+             "object `{analyzer: rows}` for one analyzer or several.\n\n"]
     for name, _ in cmds[1:]:
         anchor = name.replace(" ", "-")
         lines.append(f"- [`{name}`](#{anchor})\n")
@@ -109,7 +114,7 @@ def render_hardware() -> str:
         out.append(f"| `{k}` | " + " | ".join(cells) + " |\n")
     out.append("\n(d) derived, (a) assumed, unmarked published; - not used by that spec's "
                "communication path.\n")
-    out.append(COLLECTIVES)
+    out.append(render_validation(COLLECTIVES))
     for s in specs:
         out.append(f"\n## {s.name}\n\n{_md(s.description)} (family `{s.family}`, file "
                    f"`replay/hardware/specs/{s.name}.toml`)\n\n| key | value | confidence | "
@@ -119,6 +124,84 @@ def render_hardware() -> str:
             out.append(f"| `{k}` | {_md(e.value)}{choices} | {e.confidence} | {_md(e.source)} |\n")
     out.append(WRITE_YOUR_OWN)
     return "".join(out)
+
+
+#: `mtia-trace hw collective` examples whose output docs/hardware.md shows (run at generation)
+HW_COLLECTIVE_EXAMPLES = (
+    "hw collective h100 --op all_reduce --ranks 16 --ranks-per-node 8 --bytes 1K,64K,1M,16M,256M,4G",
+    "hw collective a100 --op all_reduce --ranks 8 --bytes 1K,64K,1M,16M --gpus-per-thread 8",
+)
+#: the benchmarks' results (their ``--json-out``) that the validation tables are rendered from
+RESULTS = ROOT / "benchmarks" / "results"
+_SPEC_ORDER = ("h100", "h200", "a100")
+
+
+def _cli_output(args: str) -> str:
+    import contextlib
+    import io
+
+    from mtia_trace.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(args.split())
+    assert code == 0, args
+    return buf.getvalue().rstrip() + "\n"
+
+
+def _pct(v: float | None, signed: bool = False) -> str:
+    return "-" if v is None else (f"{v:+.0%}" if signed else f"{v:.1%}")
+
+
+def collectives_table(tables: list[dict]) -> str:
+    """The nccl-tests validation table from benchmarks/results/collectives.json: tables of
+    systems that are a bundled spec as shipped first (by spec, then median), then the others."""
+    order = sorted(tables, key=lambda t: (not t["match"], _SPEC_ORDER.index(t["spec"])
+                                          if t["match"] and t["spec"] in _SPEC_ORDER else 0,
+                                          t["median"]))
+    out = ["| table | spec | ranks | -g | metric | rows | median | p90 | match | target | "
+           "time error <64K | 64K-256M | >=256M |",
+           "|---|---|---:|---:|---|---:|---:|---:|---|---|---:|---:|---:|"]
+    for t in order:
+        target = ("pass" if t["passed"] else "miss") if t["match"] else "-"
+        bias = " | ".join(_pct(b, signed=True) for b in t["bias"].values())
+        out.append(f"| {t['name']} | {t['spec']} | {t['ranks']} | {t['gpus_per_thread']} | "
+                   f"{t['metric']} | {t['rows']} | {_pct(t['median'])} | {_pct(t['p90'])} | "
+                   f"{'yes' if t['match'] else 'no'} | {target} | {bias} |")
+    return "\n".join(out)
+
+
+def throughput_table(doc: dict) -> str:
+    """The training-throughput table and its ratios from benchmarks/results/throughput.json."""
+    out = ["| point | spec | ranks | sharding | measured ms | predicted ms | error | "
+           "largest parts (us) |", "|---|---|---:|---|---:|---:|---:|---|"]
+    for r in doc["points"]:
+        parts = sorted(r["parts_us"].items(), key=lambda kv: -kv[1])[:3]
+        largest = ", ".join(f"{k.removesuffix('_us').replace('_', ' ')} {v:,.0f}"
+                            for k, v in parts if v >= 0.5)
+        out.append(f"| {r['name']} | {r['hw']} | {r['ranks']} | {r['sharding']} | "
+                   f"{r['measured_ms']:.3f} | {r['predicted_ms']:.3f} | "
+                   f"{r['step_error']:+.1%} | {largest} |")
+    out += ["", "Ratios of two measured step times of one publication against the same ratio "
+            "of predictions (ratio error: predicted / measured ratio - 1):", "",
+            "| ratio | measured | predicted | ratio error |", "|---|---:|---:|---:|"]
+    out += [f"| {r['name']} | {r['measured']:.3f} | {r['predicted']:.3f} | {r['error']:+.1%} |"
+            for r in doc["ratios"]]
+    return "\n".join(out)
+
+
+def render_validation(text: str) -> str:
+    """``text`` with its generated parts filled in: the `hw collective` examples (run now) and
+    the validation tables (from the benchmarks' results files)."""
+    import json
+
+    for i, args in enumerate(HW_COLLECTIVE_EXAMPLES):
+        text = text.replace(f"@HW_COLLECTIVE_{i}@",
+                            f"```\n$ mtia-trace {args}\n{_cli_output(args)}```")
+    coll = json.loads((RESULTS / "collectives.json").read_text(encoding="utf-8"))
+    thr = json.loads((RESULTS / "throughput.json").read_text(encoding="utf-8"))
+    return (text.replace("@COLLECTIVES_TABLE@", collectives_table(coll))
+            .replace("@THROUGHPUT_TABLE@", throughput_table(thr)))
 
 
 COLLECTIVES = """
@@ -166,17 +249,7 @@ Size a collective nccl-tests style (size as nccl-tests prints it: the whole buff
 all_gather / reduce_scatter; busbw = algbw x 2(n-1)/n all_reduce, (n-1)/n all_gather /
 reduce_scatter / all_to_all, 1 broadcast):
 
-```
-$ mtia-trace hw collective h100 --op all_reduce --ranks 16 --ranks-per-node 8 --bytes 1K,64K,1M,16M,256M,4G
-     bytes     time_us  algbw_GBps  busbw_GBps  algorithm  protocol  bound
-----------  ----------  ----------  ----------  ---------  --------  ----------
-      1024      21.334       0.048        0.09  tree       ll        collective
-     65536      26.001        2.52       4.726  tree       ll        collective
-   1048576      51.673      20.292      38.048  tree       ll128     collective
-  16777216     134.948     124.323     233.106  nvls_tree  simple    collective
- 268435456   1,157.174     231.975     434.953  nvls_tree  simple    collective
-4294967296  17,512.779     245.248     459.839  nvls_tree  simple    collective
-```
+@HW_COLLECTIVE_0@
 
 `--bytes 8:8G` is a doubling range, `--set` overrides spec values (e.g. `--set
 network.inter_node_GBps=25` for 8x200G NICs), `--format csv|json` for machines. `bound` says
@@ -186,15 +259,7 @@ process driving all GPUs (`all_reduce_perf -g 8`) launches each iteration's coll
 at least 8 x `host.kernel_launch_us`; `--gpus-per-thread 8` models that, to compare with such a
 table (with one process per GPU, `mpirun ... -g 1`, the bound never binds):
 
-```
-$ mtia-trace hw collective a100 --op all_reduce --ranks 8 --bytes 1K,64K,1M,16M --gpus-per-thread 8
-   bytes  time_us  algbw_GBps  busbw_GBps  algorithm  protocol  bound
---------  -------  ----------  ----------  ---------  --------  ----------
-    1024       28       0.037       0.064  tree       ll        launch
-   65536       28       2.341       4.096  tree       ll        launch
- 1048576   35.924      29.189      51.081  ring       ll        collective
-16777216  173.572      96.659     169.153  ring       ll128     collective
-```
+@HW_COLLECTIVE_1@
 
 ### Validation against published nccl-tests tables
 
@@ -214,27 +279,12 @@ which drives all 8 GPUs from one process), predicted with `--gpus-per-thread` (c
 The target applies ("match") unless the NIC bandwidth differs from the spec's or the fabric is
 EFA or TCPX. Result with NCCL
 tuning constants at NVIDIA/nccl 5067397 (target: median <= 15%, p90 <= 35% on systems that
-are a bundled spec as shipped, "match"):
+are a bundled spec as shipped, "match"; the table is generated from
+`benchmarks/results/collectives.json`, which `python benchmarks/validate_collectives.py
+tests/data/nccl --json-out benchmarks/results/collectives.json` writes, and the test suite fails
+when a figure grows past its bound in `benchmarks/gates.json`):
 
-| table | spec | ranks | -g | metric | rows | median | p90 | match | target | time error <64K | 64K-256M | >=256M |
-|---|---|---:|---:|---|---:|---:|---:|---|---|---:|---:|---:|
-| nccltests290_h100_1node_allreduce | h100 | 8 | 8 | time_us | 6 | 4.9% | 13.3% | yes | pass | - | -15% | -2% |
-| skypilot_nebius_h100_2node_allreduce_k8s | h100 | 16 | 1 | time_us | 5 | 1.4% | 5.4% | yes | pass | - | - | +0% |
-| skypilot_nebius_h100_2node_allreduce_vm | h100 | 16 | 1 | time_us | 5 | 1.5% | 5.3% | yes | pass | - | - | -0% |
-| skypilot_together_h100_2node_allreduce | h100 | 16 | 1 | time_us | 5 | 1.4% | 4.8% | yes | pass | - | - | +0% |
-| coreweave_h100_multinode_allreduce_ibsharp | h100 | 96 | 1 | time_us | 5 | 4.4% | 5.2% | yes | pass | - | - | +4% |
-| azure_ndh100v5_1node_allreduce_busbw | h100 | 8 | 8 | busbw | 24 | 16.3% | 51.5% | yes | miss | +4% | -31% | -1% |
-| skypilot_coreweave_h200_2node_allreduce | h200 | 16 | 1 | time_us | 5 | 3.9% | 5.3% | yes | pass | - | - | +3% |
-| skypilot_gcp_a3ultra_h200_2node_allgather | h200 | 16 | 1 | time_us | 24 | 15.2% | 23.8% | yes | miss | -14% | -18% | -12% |
-| azure_ndh200v5_1node_allreduce_busbw | h200 | 8 | 8 | busbw | 24 | 10.5% | 31.4% | yes | pass | -9% | -16% | -1% |
-| stas00_a100_1node_allreduce | a100 | 8 | 8 | time_us | 20 | 24.7% | 55.4% | yes | miss | -36% | -39% | -3% |
-| azure_nda100v4_1node_allreduce_busbw | a100 | 8 | 8 | busbw | 24 | 48.3% | 60.0% | yes | miss | -35% | -33% | -4% |
-| nccltests152_a100_2node_allreduce_after_fix | a100 | 16 | 1 | time_us | 7 | 5.4% | 7.5% | no | - | - | +4% | -6% |
-| dstack_gcp_a3mega_2node_allgather | h100 | 16 | 1 | time_us | 11 | 9.3% | 34.7% | no | - | - | -22% | -3% |
-| aws_p5_2node_allreduce_eks_partial | h100 | 16 | 1 | time_us | 7 | 37.7% | 67.0% | no | - | +32% | -67% | -34% |
-| aws_p5_2node_allreduce | h100 | 16 | 1 | time_us | 32 | 65.5% | 72.6% | no | - | -70% | -55% | -3% |
-| aws_p5en_16node_allreduce_partial | h200 | 128 | 1 | time_us | 3 | 69.9% | 89.9% | no | - | -82% | - | +2% |
-| gcp_a3mega_2node_allreduce | h100 | 16 | 1 | time_us | 31 | 80.1% | 83.8% | no | - | -83% | -75% | -19% |
+@COLLECTIVES_TABLE@
 
 The last three columns say where and which way each table misses: the median of predicted /
 measured time - 1 over its rows below 64 KB, from 64 KB to 256 MB and from 256 MB (negative:
@@ -267,7 +317,7 @@ series either.
 
 ![Predicted vs measured busbw by size, one panel per published table](collectives_validation.png)
 
-(`python benchmarks/validate_collectives.py ../shared/nccl --figure docs/collectives_validation.png`)
+(`python benchmarks/validate_collectives.py tests/data/nccl --figure docs/collectives_validation.png`)
 
 ### Validation against published training throughputs
 
@@ -280,19 +330,12 @@ training time between two evaluations, mlcommons/training_results_v3.0 at 9f08e3
 the `dlrm-dcnv2` preset's model, and NVIDIA DeepLearningExamples' TensorFlow 2 DLRM throughputs
 on a DGX A100 (doc/DLRM.md at d53419f, its synthetic Criteo data: one lookup per table,
 power-law ids with exponent 1.45). Nothing is fitted; the script cites each number's source and
-derivation. Result (error: predicted / measured step time - 1; negative: the model is faster):
+derivation. Result (error: predicted / measured step time - 1; negative: the model is faster;
+generated from `benchmarks/results/throughput.json`, which `python
+benchmarks/validate_throughput.py --json-out benchmarks/results/throughput.json` writes, gated
+like the collectives by `benchmarks/gates.json`):
 
-| point | spec | ranks | sharding | measured ms | predicted ms | error | largest parts (us) |
-|---|---|---:|---|---:|---:|---:|---|
-| MLPerf v3.0 DGX H100, 1 node | h100 | 8 | tw (preset) | 3.808 | 5.512 | +44.8% | peer wait 2,187, fetch 2,007, compute 848 |
-| same run | h100 | 8 | rw | 3.808 | 5.218 | +37.0% | fetch 2,331, collective 1,991, compute 830 |
-| same run | h100 | 8 | twrw | 3.808 | 5.200 | +36.5% | fetch 2,317, collective 1,867, compute 902 |
-| MLPerf v3.0 DGX H100, 8 nodes | h100 | 64 | twrw | 2.948 | 3.513 | +19.2% | collective 1,416, fetch 804, peer wait 569 |
-| MLPerf v3.0 DGX H100, 16 nodes | h100 | 128 | twrw | 2.963 | 3.191 | +7.7% | peer wait 1,095, collective 1,004, fetch 389 |
-| DLE TF2 DLRM, 1 A100, TF32 | a100 | 1 | - | 23.076 | 18.907 | -18.1% | fetch 10,583, compute 8,305 |
-| DLE TF2 DLRM, 1 A100, AMP | a100 | 1 | - | 14.404 | 9.812 | -31.9% | fetch 5,634, compute 4,160 |
-| DLE TF2 DLRM, 8 A100, TF32 | a100 | 8 | tw | 6.012 | 3.420 | -43.1% | fetch 1,162, compute 979, collective 936 |
-| DLE TF2 DLRM, 8 A100, AMP | a100 | 8 | tw | 4.749 | 1.880 | -60.4% | fetch 621, collective 495, compute 493 |
+@THROUGHPUT_TABLE@
 
 Read the absolute step times of a synthetic workload as good to within a factor of about 2.5
 (8-60% off here), in a direction set by the software stack the model does not see. Against
@@ -446,7 +489,11 @@ def render_sql() -> str:
            "`mtia-trace query RUN... \"SQL\"` runs read-only DuckDB SQL over one run, several, or "
            "a folder of runs (they stack into the same views). `--format table|csv|json|md|"
            "parquet`, `-f FILE` for the SQL, `--views` for `CREATE VIEW` statements usable in any "
-           "DuckDB. See [runs.md](runs.md) for the files behind the views.\n\n",
+           "DuckDB. See [runs.md](runs.md) for the files behind the views. Several statements "
+           "in one call are checked and the last one's rows are printed; `PIVOT`, `DESCRIBE` "
+           "and `SUMMARIZE` read like a `SELECT`; SQL may start with a `--` comment. A query "
+           "stops after `--timeout` seconds (default 600, `0`: none). BIT and BLOB columns "
+           "print as text.\n\n",
            f"Schema version {schema.SCHEMA_VERSION}. Times are microseconds on the trace's own "
            "clock (replayed times on the replay's clock, which starts where the trace does); "
            "sizes are bytes. Every view also has a leading `run` column: the run directory's "
@@ -492,8 +539,64 @@ def render_sql() -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# README's validation table (between its markers)
+# --------------------------------------------------------------------------------------------
 
-GENERATED = {"cli.md": render_cli, "hardware.md": render_hardware, "sql.md": render_sql}
+README_BEGIN = "<!-- validation table: generated by docs/generate.py from benchmarks/results -->\n"
+README_END = "<!-- end of validation table -->\n"
+
+
+def _span(values: list[float], signed: bool = False) -> str:
+    lo, hi = min(values), max(values)
+    f = (lambda v: f"{v:+.1%}") if signed else (lambda v: f"{v:.1%}")
+    return f(lo) if lo == hi else f"{f(lo)} to {f(hi)}"
+
+
+def render_readme_validation() -> str:
+    """Each out-of-sample check, its ground truth and today's error (from the results files)."""
+    import json
+
+    coll = json.loads((RESULTS / "collectives.json").read_text(encoding="utf-8"))
+    thr = json.loads((RESULTS / "throughput.json").read_text(encoding="utf-8"))
+    match = [t for t in coll if t["match"]]
+    other = [t for t in coll if not t["match"]]
+    pts = thr["points"]
+    rows = [
+        (f"Collective time on {len(match)} systems that are a bundled spec as shipped "
+         "(H100, H200, A100; 8-96 GPUs)",
+         "published nccl-tests tables (`tests/data/nccl`, each with its URL)",
+         f"median per table {_span([t['median'] for t in match])}; "
+         f"{sum(t['passed'] for t in match)} of {len(match)} within median <= 15%, p90 <= 35%",
+         "median, p90 and each size band's error, per table"),
+        (f"Collective time on {len(other)} other systems (EFA, TCPXO, other NIC counts)",
+         "the same", f"median per table {_span([t['median'] for t in other])}",
+         "the same"),
+        (f"Step time of {len(pts)} published training runs, rebuilt with `synth`",
+         "MLPerf Training v3.0 DGX H100 result logs; NVIDIA DeepLearningExamples TF2 DLRM "
+         "on DGX A100",
+         f"{_span([p['step_error'] for p in pts], signed=True)} (predicted / measured - 1)",
+         "absolute error per run"),
+        (f"{len(thr['ratios'])} ratios of two runs of one publication (more nodes or GPUs, "
+         "other precision)", "the same",
+         f"{_span([r['error'] for r in thr['ratios']], signed=True)}", "absolute error per ratio"),
+    ]
+    out = ["| out-of-sample check | ground truth | today's error | gated in CI |",
+           "|---|---|---|---|"]
+    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return README_BEGIN + "\n".join(out) + "\n" + README_END
+
+
+def render_readme() -> str:
+    """README.md with its validation table regenerated."""
+    text = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    a, b = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    return text[:a] + render_readme_validation() + text[b:]
+
+
+# --------------------------------------------------------------------------------------------
+
+GENERATED = {"cli.md": render_cli, "hardware.md": render_hardware, "sql.md": render_sql,
+             "../README.md": render_readme}
 
 
 def main(argv: list[str]) -> int:
@@ -509,9 +612,9 @@ def main(argv: list[str]) -> int:
             stale.append(name)
         else:
             path.write_text(text, encoding="utf-8")
-            print(f"wrote docs/{name}")
+            print(f"wrote {os.path.normpath('docs/' + name)}")
     if stale:
-        print(f"stale generated docs: {', '.join('docs/' + s for s in stale)}; "
+        print(f"stale generated docs: {', '.join(os.path.normpath('docs/' + s) for s in stale)}; "
               f"run `python docs/generate.py` and commit the result", file=sys.stderr)
         return 1
     return 0

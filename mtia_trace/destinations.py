@@ -9,7 +9,9 @@ Every command that writes checks its destination before any work starts (`check_
 * the destination must be creatable: the nearest existing ancestor is a writable directory
   and the name fits the file system;
 * files are written to a hidden temporary beside the destination and renamed into place, so
-  a failed or interrupted write leaves the old file (or nothing).
+  a failed or interrupted write leaves the old file (or nothing);
+* a run being computed is claimed (`claimed`: a hidden ``.NAME.claim`` beside it), so a second
+  replay to the same destination is refused at its start, not after its own replay.
 
 Hidden temporaries are named ``.NAME.tmp-HOST-PID-XXXXXX`` (HOST: 4 hex digits of the host
 name). One left by a killed process is removed by `clean_stale` the next time anything is
@@ -28,7 +30,8 @@ import socket
 import tempfile
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mtia_trace.errors import RunExistsError, UsageError
@@ -204,3 +207,63 @@ def write_file(data: str | bytes, path: Path, *, force: bool, flag: str = "-o") 
     """Write ``data`` to ``path`` under the module rule."""
     raw = data.encode() if isinstance(data, str) else data
     return write_with(path, lambda tmp: tmp.write_bytes(raw), force=force, flag=flag)
+
+
+#: A claim older than this is stale whatever holds it (seconds; a replay takes minutes).
+CLAIM_STALE_S = 24 * 3600.0
+
+
+@contextmanager
+def claimed(dest: Path) -> Iterator[None]:
+    """Hold ``dest`` while a run for it is computed: a hidden ``.NAME.claim`` beside it, made
+    exclusively, naming this host and process. A second writer of the same destination is
+    refused at once, not after its own full replay; a claim whose process is gone (this host)
+    or older than a day is taken over."""
+    claim = dest.with_name(f".{dest.name}.claim")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{dest}: cannot create ({exc.strerror or exc}); choose another "
+                         "-o/--output") from None
+    me = f"{_HOST} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            holder = _claim_holder(claim)
+            if holder is None:
+                continue  # stale: removed, try again
+            raise UsageError(f"{dest}: another mtia-trace ({holder}) is writing a run there; "
+                             "wait for it or choose another -o/--output") from None
+        except OSError as exc:
+            raise UsageError(f"{dest}: cannot write beside it ({exc.strerror or exc}); choose "
+                             "another -o/--output") from None
+        with os.fdopen(fd, "w") as fh:
+            fh.write(me)
+        break
+    else:
+        raise UsageError(f"{dest}: another mtia-trace keeps claiming it; choose another "
+                         "-o/--output")
+    try:
+        yield
+    finally:
+        try:
+            if claim.read_text() == me:
+                claim.unlink()
+        except OSError:
+            pass
+
+
+def _claim_holder(claim: Path) -> str | None:
+    """Who holds ``claim`` ("process 123" / "process 123 on another host"), or None when the
+    claim was stale (then it is removed)."""
+    try:
+        host, _, pid = claim.read_text().partition(" ")
+        age = time.time() - claim.stat().st_mtime
+    except OSError:
+        return None  # gone meanwhile
+    alive = host != _HOST or (pid.isdigit() and _alive(int(pid)))
+    if alive and age < CLAIM_STALE_S:
+        return f"process {pid}" + ("" if host == _HOST else " on another host")
+    claim.unlink(missing_ok=True)
+    return None

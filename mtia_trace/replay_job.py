@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from mtia_trace import ingest
+from mtia_trace.destinations import claimed
 from mtia_trace.errors import UsageError
 from mtia_trace.storage import TABLES, check_destination, write_run
 from replay.attribution import unexplained_summary
@@ -109,9 +111,17 @@ def replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions, *,
     Destinations are checked and specs loaded before the slow part, so a typo fails fast.
     Returns each target's steps table (attribution per rank and step).
     """
+    with ExitStack() as held:
+        for d in dests.values():
+            check_destination(d, opts.force)
+            held.enter_context(claimed(d))  # a concurrent writer is refused now, not at the end
+        return _replay_trace(trace, dests, opts, progress, warn)
+
+
+def _replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions,
+                  progress: Callable[[str], None] | None,
+                  warn: Callable[[str], None] | None) -> dict[str, pa.Table]:
     say = progress or (lambda _m: None)
-    for d in dests.values():
-        check_destination(d, opts.force)
     models = {h: cost_model(h, opts) for h in opts.hws}
     whatifs = parse_whatifs(opts.whatifs)
     if opts.scheduler or opts.workers:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 #: Events-table schema metadata: JSON ``{rank: bytes}`` of the embedding tables each rank's
 #: lookups read from (its shard), from the recorded shapes of its embedding ops.
 TABLE_BYTES_KEY = b"mtia_trace.embedding_table_bytes"
@@ -145,7 +145,8 @@ REPLAY_COLUMNS: tuple[Column, ...] = (
     Column("queue_us", F64, "us", "time between ready and start spent waiting for a busy resource"),
     Column("bound_by", STR, "", "what bound the start: track, host, launch, sync, collective, resource, none"),
     Column("bound_src", I64, "", "event_id whose end bound the start, -1 for none/resource", -1),
-    Column("critical", BOOL, "", "true if the event is on its step's critical path"),
+    Column("critical", BOOL, "", "true if its step's critical path crosses the event's own work (a leaf's run, an op's self time)"),
+    Column("critical_us", F64, "us", "the event's own work on critical paths: a leaf's or device event's run, an op's self time (duration minus its children's); summed over rank-steps", 0.0),
     Column("peer_wait_us", F64, "us", "time a collective instance, ready, waited for the other ranks to arrive", 0.0),
 )
 

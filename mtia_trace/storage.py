@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from mtia_trace.errors import (
     SchemaVersionError,
     UsageError,
 )
-from mtia_trace.run_meta import RunMeta
+from mtia_trace.run_meta import AS_MEASURED, RunMeta
 
 #: The tables of a run, in file order, with their canonical schemas.
 TABLES: dict[str, pa.Schema] = {
@@ -190,14 +191,34 @@ def check_destination(dest: Path, force: bool) -> None:
     check_parent(dest, "-o/--output")
     if not os.path.lexists(dest):
         return
+    what = _what_is_there(dest)
+    if what is not None:
+        raise UsageError(f"{dest}: exists and is not a run directory (it is {what}); refusing "
+                         "to replace it even with --force, choose another -o/--output")
     if not force:
-        raise RunExistsError(
-            f"{dest}: a run already exists there; pass --force to replace it or -o/--output to choose "
-            "another directory")
-    if not dest.is_dir() or (any(dest.iterdir()) and not (dest / META_FILE).is_file()):
-        raise UsageError(
-            f"{dest}: exists and is not a run directory; refusing to replace it even with "
-            "--force, choose another -o/--output")
+        there = ("a run already exists there" if (dest / META_FILE).is_file()
+                 else "an empty directory is there")
+        raise RunExistsError(f"{dest}: {there}; pass --force to replace it or -o/--output to "
+                             "choose another directory")
+
+
+def _what_is_there(dest: Path) -> str | None:
+    """What occupies ``dest`` when a run may not replace it (None: a run or an empty folder)."""
+    try:
+        st = os.lstat(dest)
+        if stat.S_ISLNK(st.st_mode):
+            return "a symbolic link"
+        if stat.S_ISREG(st.st_mode):
+            return "a file"
+        if not stat.S_ISDIR(st.st_mode):
+            return ("a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a named pipe" if stat.S_ISFIFO(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a directory")
+        if (dest / META_FILE).is_file() or not any(dest.iterdir()):
+            return None
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    return "a directory holding other files"
 
 
 def begin_run(dest: str | Path, force: bool = False) -> Path:
@@ -284,10 +305,21 @@ def sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def used_mode(meta: RunMeta) -> str | None:
+    """The costing mode a run used (``roofline``, ``scaled``, ``as-measured``), from the cost
+    model's notes; the requested one (e.g. ``auto``) for runs written without them."""
+    model = (meta.assumptions.model or {}) if meta.assumptions else {}
+    if model.get("mode"):
+        return str(model["mode"])
+    if model.get("costing") == "as-measured" or meta.hardware == AS_MEASURED:
+        return AS_MEASURED
+    return meta.options.mode
+
+
 def _run_row(run: Run, path: str) -> dict[str, object]:
     m = run.meta
     return {
-        "run": run.name, "path": path, "hardware": m.hardware, "mode": m.options.mode,
+        "run": run.name, "path": path, "hardware": m.hardware, "mode": used_mode(m),
         "seed": m.seed, "loss_rate": m.options.loss_rate,
         "traces": ", ".join(t.path for t in m.traces), "events": m.rows.get("events"),
         "tool_version": m.tool_version, "schema_version": m.schema_version,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mtia_trace.ingest import Trace
@@ -19,12 +20,30 @@ class Summary:
     files: list[dict[str, Any]]
     ranks: list[int]
     steps: pd.DataFrame          # rank, step, measured_us, events
-    streams: pd.DataFrame        # rank, track, events, busy_us
+    streams: pd.DataFrame        # rank, track, events, busy_us (work only, overlaps once)
     counts: dict[str, int]
     top_ops: pd.DataFrame        # name, kind, calls, total_us, mean_us, share (device time, or host self time)
     collectives: pd.DataFrame    # coll_op, pg, count, bytes_in, bytes_out
     warnings: list[str] = field(default_factory=list)
     device: bool = False         # true when device streams exist (top ops are device time)
+
+
+def _stream_busy(dev: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, track): work events and busy time, the union of their intervals (a span that
+    annotates kernels, such as ``gpu_user_annotation``, is not work; overlaps count once)."""
+    d = dev.sort_values(["rank", "track", "ts_us"])
+    key = d["rank"].astype(str) + "\x00" + d["track"].astype(str)
+    start = d["ts_us"].to_numpy(dtype=np.float64)
+    end = start + d["dur_us"].to_numpy(dtype=np.float64)
+    new = np.r_[True, key.to_numpy()[1:] != key.to_numpy()[:-1]] if len(d) else np.zeros(0, bool)
+    grp = np.cumsum(new) - 1
+    # the furthest end so far within the group, before each event
+    reach = pd.Series(end).groupby(grp).cummax().to_numpy() if len(d) else end
+    prev = np.r_[-np.inf, reach[:-1]]
+    prev[new] = -np.inf
+    gained = np.clip(end - np.maximum(start, prev), 0.0, None)
+    return (d.assign(busy_us=gained).groupby(["rank", "track"], as_index=False)
+            .agg(events=("dur_us", "size"), busy_us=("busy_us", "sum")))
 
 
 def summarize(trace: Trace, top: int = 10) -> Summary:
@@ -42,8 +61,7 @@ def summarize(trace: Trace, top: int = 10) -> Summary:
     n_ev = df.groupby(["rank", "step"]).size().rename("events").reset_index()
     steps = steps.merge(n_ev, on=["rank", "step"], how="left").fillna({"events": 0})
     dev = df[df["is_device"]]
-    streams = (dev.groupby(["rank", "track"], as_index=False)
-               .agg(events=("dur_us", "size"), busy_us=("dur_us", "sum")))
+    streams = _stream_busy(dev[~dev["kind"].isin(PASSIVE_KINDS)])
     if len(dev):
         work = dev.assign(time_us=dev["dur_us"])
     else:  # CPU-only: rank host ops by self time (duration minus their children's)

@@ -9,6 +9,7 @@ faster and if it took no time. Work that is busy but off the critical path gains
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ from replay.whatif import (
     WhatIf,
     apply_whatifs,
     chain_owners,
+    launcher,
     leaf_mask,
     nested,
     parse_whatif,
@@ -36,6 +38,10 @@ from replay.whatif import (
 
 #: Group dimensions of the causal profile, in the order they are listed.
 GROUP_BY = ("kind", "name", "scope", "rank")
+
+#: Annotations the profiler itself writes around everything it records (not user scopes):
+#: PyTorch's ``PyTorch Profiler (0)``, ``[param|...]`` records, and MTIA's whole-trace spans.
+PROFILER_SPANS = r"^(PyTorch Profiler|\[|__MTIA_CCP_events__|MTIA Activity Trace)"
 
 
 @dataclass
@@ -135,7 +141,13 @@ def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[
     """(dimension, selector) of every group the profile may rank."""
     ev = p.events
     kind = ev.column("kind").to_numpy(zero_copy_only=False).astype(str)
-    work = p.leaf & ~np.isin(kind, PASSIVE_KINDS)
+    # each op's own time: a leaf's cost, an op's self time (a CPU op with children, such as
+    # aten::linear around its addmm, does its work in its self time)
+    cost = total_cost(p.comps) * p.leaf
+    own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
+    selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
+    tot = cost + selft
+    work = ~np.isin(kind, PASSIVE_KINDS) & (p.leaf | (tot > 0))
     out: list[tuple[str, str]] = []
     if "kind" in by:
         for k in np.unique(kind[work]).tolist():
@@ -143,29 +155,63 @@ def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[
     if "name" in by:
         names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
         ops = ~np.isin(kind, PASSIVE_KINDS) & (work | (p.events.column("depth").to_numpy() >= 0))
-        cost = total_cost(p.comps) * p.leaf
-        own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
-        selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
-        tot = cost + selft
         # names: the 40 with the most own time (cost + self time) are candidates
         u, inv = np.unique(names[ops], return_inverse=True)
         per = np.bincount(inv, weights=tot[ops], minlength=len(u))
+        # launch calls: their kernels are a group of their own (the call's group is its cost)
+        lau = launcher(ev, p.graph)
+        launches = set(names[lau[lau >= 0]].tolist())
         for i in np.argsort(-per)[:40].tolist():
             if per[i] > 0:
                 out.append(("name", f"name={glob_escape(u[i])}"))
+                if u[i] in launches and (kind[names == u[i]] == "runtime").all():
+                    out.append(("launched", f"launched_by={glob_escape(u[i])}"))
     if "scope" in by:
         ann = (kind == "annotation") & ~ev.column("is_device").to_numpy(zero_copy_only=False)
         names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
         skip = pc.starts_with(ev.column("name"), "ProfilerStep#").fill_null(False)
         skip = skip.to_numpy(zero_copy_only=False).astype(bool)
-        skip |= pc.match_substring_regex(ev.column("name"), r"^(PyTorch Profiler|\[)").fill_null(
+        skip |= pc.match_substring_regex(ev.column("name"), PROFILER_SPANS).fill_null(
             False).to_numpy(zero_copy_only=False).astype(bool)
         for nm in np.unique(names[ann & ~skip]).tolist():
             out.append(("scope", f"kind=annotation,name={glob_escape(nm)}"))
-    if "rank" in by:
-        for r in np.unique(ev.column("rank").to_numpy()).tolist():
+    ranks = np.unique(ev.column("rank").to_numpy()).tolist()
+    if "rank" in by and len(ranks) > 1:  # one rank: its row would be "everything"
+        for r in ranks:
             out.append(("rank", f"rank={r}"))
     return out
+
+
+def describe(selector: str, events: pa.Table | None = None) -> str:
+    """What a profile group selects, in words: ``kernels launched by cudaLaunchKernel``."""
+    terms = dict(parse_whatif(f"{selector}:x1").terms)
+
+    def lit(key: str) -> str:
+        v = terms[key][0]
+        if v.startswith("/^") and v.endswith("$/"):  # glob_escape's regex form
+            return re.sub(r"\\(.)", r"\1", v[2:-2])
+        return re.sub(r"\[(.)\]", r"\1", v)
+
+    if "launched_by" in terms:
+        return f"kernels launched by {lit('launched_by')}"
+    if "kind" in terms and "name" in terms and terms["kind"] == ("annotation",):
+        return f"everything inside {lit('name')}"
+    if "kind" in terms:
+        k = terms["kind"][0]
+        return ("runtime calls (own time, not their kernels)" if k == "runtime"
+                else f"{k} work (kind)")
+    if "name" in terms:
+        own = ""
+        if events is not None:
+            kind = events.column("kind").to_numpy(zero_copy_only=False)
+            names = events.column("name").to_numpy(zero_copy_only=False)
+            sel = kind[names == lit("name")]
+            if len(sel) and (sel == "runtime").all():
+                own = " calls (own time)"
+        return f"{lit('name')}{own}"
+    if "rank" in terms:
+        return f"all of rank {terms['rank'][0]}"
+    return selector
 
 
 def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY,
@@ -184,7 +230,7 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
     nsteps = max(len(np.unique(step[step >= 0])), 1)
     groups.sort(key=lambda t: -t[2])
     groups = groups[:top]
-    rows: dict[str, list] = {"group": [], "by": [], "busy_us": [], "step_us": [],
+    rows: dict[str, list] = {"group": [], "selects": [], "by": [], "busy_us": [], "step_us": [],
                              f"step_{speedup:g}x_us": [], f"gain_{speedup:g}x_us": [],
                              "step_zero_us": [], "gain_zero_us": []}
     for dim, sel, busy in groups:
@@ -192,6 +238,7 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
         fast = p.predict([WhatIf(sel, terms, Change("scale", 1.0 / speedup))])
         zero = p.predict([WhatIf(sel, terms, Change("scale", 0.0))])
         rows["group"].append(sel)
+        rows["selects"].append(describe(sel, p.events))
         rows["by"].append(dim)
         rows["busy_us"].append(busy / nsteps)
         rows["step_us"].append(base)
@@ -206,4 +253,4 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
 
 
 __all__ = ["Prepared", "prepare", "causal_profile", "candidate_groups", "window_times",
-           "measured_step_times", "glob_escape", "GROUP_BY"]
+           "measured_step_times", "glob_escape", "describe", "GROUP_BY", "PROFILER_SPANS"]

@@ -22,7 +22,7 @@ collective they account the wait and continue from the rank's own arrival.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class PathTables:
     ucum: np.ndarray        # (npos + 1,): per-track prefix sums of the unexplained overlay
     ev: np.ndarray          # per position: its event
     rows: tuple[int, int]   # the rows of ``host`` and ``idle`` in the tables
+    seg: np.ndarray         # per position: its chain segment (0 where not chain-bound)
 
     def contrib_at(self, k: int, seg: float) -> np.ndarray:
         """(nact,): the chain segment of length ``seg`` ending at pure position ``k``, split
@@ -110,12 +111,16 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     if g.unexplained_gap is not None:
         gp = g.unexplained_gap & ~dev_pos  # gaps, and waits no dependency explains
         unx_w[gp] = s.w[gp]
+        # a thread started by another (`thread` edge into its first point): its start lag, the
+        # measured delay from the point that started it, is unexplained
+        first = g.track_ptr[:-1][g.track_ptr[:-1] < npos]
+        unx_w[first[gp[first]]] = np.inf
     ucum = np.zeros((1, npos + 1))
     ucum[0, 1:] = np.minimum(np.maximum(unx_w, 0.0), seg)
     _track_cumsum(ucum, g.track_ptr)
     return PathTables(act=act, cum=cum, frac=frac, run_start=run_start, tpos=tpos,
                       dev_pos=dev_pos, own=own, unx_w=unx_w, ucum=ucum[0], ev=ev,
-                      rows=(row[CAT["host"]], row[CAT["idle"]]))
+                      rows=(row[CAT["host"]], row[CAT["idle"]]), seg=seg)
 
 
 def _track_cumsum(cum: np.ndarray, ptr: np.ndarray) -> None:
@@ -154,6 +159,9 @@ class Walk:
     ranges: list[tuple[int, int]]  # position ranges [lo, hi] on the path
     points: list[int]         # end points whose own duration the path crosses outside ranges
     unexplained: float = 0.0  # path time that is unexplained (within host / idle parts)
+    #: (position, us) chain time on the path outside ``ranges`` (a single chain segment into
+    #: a point that waited), and minus the part of a range's first segment before the window
+    pieces: list[tuple[int, float]] = field(default_factory=list)
 
 
 def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
@@ -162,6 +170,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
     late: dict[int, float] = {}
     ranges: list[tuple[int, int]] = []
     points: list[int] = []
+    pieces: list[tuple[int, float]] = []
     cw = 0.0
     unx = 0.0
     T = s.T
@@ -190,6 +199,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             if seg > 0:
                 parts[pt.act] += pt.contrib_at(j, seg) * ((pt.tpos[j] - ws) / seg)
                 unx += (pt.ucum[j + 1] - pt.ucum[j]) * ((pt.tpos[j] - ws) / seg)
+                pieces.append((j, -(ws - pt.tpos[j - 1])))  # the range counts j's whole segment
             ranges.append((j, k))
             break
         t = T[p]
@@ -225,6 +235,7 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             else:
                 parts[CAT["idle"] if dev else CAT["host"]] += t - lo
                 unx += min(max(pt.unx_w[k], 0.0), t - lo)
+            pieces.append((k, t - lo))
             p = int(g.order[k - 1])
             continue
         if src < 0:
@@ -234,9 +245,55 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
         parts[_edge_category(ob, bool(pt.dev_pos[k]))] += t - lo
         if pt.dev_pos[k] and p % 2 == 0 and ob in _LAGGED_EDGES:  # a device start's lag
             unx += min(max(pt.unx_w[k], 0.0), t - lo)
+        elif ob == EDGE_CODE["thread"] and p % 2 == 0 and pt.unx_w[k] > 0:  # a thread's start
+            unx += min(pt.unx_w[k], t - lo)
         p = src
     return Walk(parts=parts, coll_wait=cw, late_wait=late, ranges=ranges, points=points,
-                unexplained=unx)
+                unexplained=unx, pieces=pieces)
+
+
+def segment_owners(g: Graph, pt: PathTables, parent: np.ndarray, passive: np.ndarray
+                   ) -> np.ndarray:
+    """Per position: the event whose own work the chain segment into it is, -1 for none.
+
+    An end reached by its event's own duration (a leaf, device work) is that event's; on a host
+    thread any other segment is the self time of the innermost op open over it (annotations
+    mark time and own none: the op outside them does); a gap outside every op, and a device
+    ready lag, is no op's."""
+    npos = len(g.order)
+    prev = np.empty(npos, dtype=np.int64)
+    prev[1:] = g.order[:-1]
+    prev[:1] = 0
+    # innermost event open over the gap before each position: the previous point's event if
+    # that point is a start, else that event's parent
+    owner = np.where(prev % 2 == 0, prev // 2, parent[prev // 2])
+    owner[g.track_ptr[:-1][g.track_ptr[:-1] < npos]] = -1
+    for _ in range(npos + 1):  # climb out of annotations (their nesting depth: few rounds)
+        up = (owner >= 0) & passive[np.maximum(owner, 0)]
+        if not up.any():
+            break
+        owner[up] = parent[owner[up]]
+    owner[pt.dev_pos] = -1
+    owner[pt.own] = pt.ev[pt.own]
+    return owner
+
+
+def critical_time(g: Graph, pt: PathTables, walks: list[Walk], owner: np.ndarray) -> np.ndarray:
+    """Per event: microseconds of its own work (a leaf's or device event's duration, an op's
+    self time) that the walked paths cross, summed over the walks (`segment_owners`)."""
+    npos = len(g.order)
+    diff = np.zeros(npos + 1, dtype=np.int64)
+    w = np.zeros(npos)
+    for wk in walks:
+        for lo, hi in wk.ranges:
+            diff[lo] += 1
+            diff[hi + 1] -= 1
+        for k, us in wk.pieces:
+            w[k] += us
+    w += np.cumsum(diff[:-1]) * pt.seg
+    has = (owner >= 0) & (w != 0)
+    out = np.bincount(owner[has], weights=w[has], minlength=g.n)
+    return np.maximum(out, 0.0)
 
 
 def mark_critical(g: Graph, walks: list[Walk], passive: np.ndarray | None = None) -> np.ndarray:

@@ -34,8 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from replay.counterfactual import Prepared, measured_step_times, prepare
-from replay.graph import EDGE_CODE
+from replay.attribution import step_windows
+from replay.counterfactual import Prepared, _Sched, measured_step_times, prepare
+from replay.graph import EDGE_CODE, Graph
 from replay.whatif import launcher, set_durations, total_cost
 
 #: Below this fraction of matched events two traces are taken for different programs.
@@ -239,6 +240,12 @@ class Transplant:
     #: per BASE event: NEW's dispatch latency of a CPU collective's transfer (enqueue → worker
     #: thread start), nan if kept
     disp_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per BASE chain position: NEW's gap between the same two points (both events matched and
+    #: consecutive on NEW's chain, not a wait in NEW), nan where NEW has no such gap
+    gap_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per BASE event: a ``ProfilerStep#`` (its gaps take NEW's only where NEW has the same
+    #: gap; the rest of its self time, the loop's unmatched gaps, stays BASE's)
+    loop: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def cpu_transfers(p: Prepared) -> np.ndarray:
@@ -299,7 +306,7 @@ def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
     # directly in a ProfilerStep (the loop between regions, data loading) stay BASE's
     is_step = pc.starts_with(pb.events.column("name"), "ProfilerStep#").fill_null(False)
     is_step = is_step.to_numpy(zero_copy_only=False).astype(bool)
-    op = (kind_b[bi] != "instant") & ~is_step[bi] & ~pb.leaf[bi]
+    op = (kind_b[bi] != "instant") & ~pb.leaf[bi]
     s_new = np.full(n, np.nan)
     s_new[bi[op]] = self_n[ni[op]]
     # a CPU collective's completion reaching the waiting thread (its return latency) is part of
@@ -314,7 +321,36 @@ def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
     cpu = cpu_transfers(pb)[bi] & cpu_transfers(pn)[ni]
     d_new[bi[cpu]] = pn.graph.ready_lag[ni[cpu]]
     return Transplant(cost_new=c_new, self_new=s_new, cost_base=cost_b, self_base=self_b,
-                      ret_new=r_new, disp_new=d_new)
+                      ret_new=r_new, disp_new=d_new, gap_new=_gaps_new(pb, pn, m),
+                      loop=is_step)
+
+
+def _gaps_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
+    """Per BASE chain position: NEW's measured gap between the NEW partners of the two points
+    that bound it, where both are matched and consecutive on NEW's chain and NEW did not wait
+    there (a cross-track edge lands on it); nan elsewhere. Self time moves where NEW spent it:
+    a thread descheduled while an asynchronous collective ran loses that time in the same
+    place, not spread over the op's other gaps (some of which lie after the wait)."""
+    gb, gn = pb.graph, pn.graph
+    npos = len(gb.order)
+    out = np.full(npos, np.nan)
+    if npos < 2 or not len(m.base):
+        return out
+    new_of = np.full(gb.n, -1, dtype=np.int64)
+    new_of[m.base] = m.new
+    pos_n = np.empty(2 * gn.n, dtype=np.int64)
+    pos_n[gn.order] = np.arange(len(gn.order))
+    starts_n = np.zeros(len(gn.order), dtype=bool)
+    starts_n[gn.track_ptr[:-1][gn.track_ptr[:-1] < len(gn.order)]] = True
+    p = gb.order[1:]
+    q = gb.order[:-1]
+    ok = (new_of[p // 2] >= 0) & (new_of[q // 2] >= 0)
+    kn = np.where(ok, pos_n[2 * np.maximum(new_of[p // 2], 0) + p % 2], 0)
+    qn = np.where(ok, pos_n[2 * np.maximum(new_of[q // 2], 0) + q % 2], 0)
+    ok &= (kn == qn + 1) & ~starts_n[kn] & pn.owners.host_gap[kn] & ~pn.owners.wait[kn]
+    k = np.flatnonzero(ok) + 1
+    out[k] = gn.gap[kn[ok]]
+    return out
 
 
 def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
@@ -330,9 +366,19 @@ def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
     own &= sm[np.where(o >= 0, o, 0)]
     pos = np.flatnonzero(own)
     ev = o[pos]
-    base_self = tp.self_base[ev]
-    k = np.where(base_self > 0, tp.self_new[ev] / np.where(base_self > 0, base_self, 1.0), 1.0)
-    gap[pos] = gap[pos] * k
+    # gaps NEW has between the same two points take NEW's value; the rest of NEW's self time
+    # scales the op's other gaps
+    placed = np.isfinite(tp.gap_new[pos]) if len(tp.gap_new) else np.zeros(len(pos), dtype=bool)
+    n_ev = pb.graph.n
+    placed_new = np.bincount(ev[placed], weights=tp.gap_new[pos[placed]], minlength=n_ev)
+    placed_base = np.bincount(ev[placed], weights=gap[pos[placed]], minlength=n_ev)
+    rest_base = tp.self_base - placed_base
+    rest_new = np.maximum(np.nan_to_num(tp.self_new) - placed_new, 0.0)
+    rb = rest_base[ev]
+    k = np.where(rb > 1e-9, rest_new[ev] / np.where(rb > 1e-9, rb, 1.0), 1.0)
+    if len(tp.loop):
+        k = np.where(tp.loop[ev], 1.0, k)
+    gap[pos] = np.where(placed, tp.gap_new[pos] if len(tp.gap_new) else 0.0, gap[pos] * k)
     # ops with no self time in BASE but some in NEW: the time goes before their end point
     grow = np.flatnonzero(sm & (tp.self_base <= 0) & (tp.self_new > 0))
     if len(grow):
@@ -428,11 +474,44 @@ class DiffResult:
     scheme: str
     group_by: str
     notes: dict[str, object] = field(default_factory=dict)
+    #: per step (the k-th step of BASE with the k-th of NEW; mean over ranks, us): measured
+    #: BASE, measured NEW, predicted NEW
+    base_steps: list[float] = field(default_factory=list)
+    new_steps: list[float] = field(default_factory=list)
+    predicted_steps: list[float] = field(default_factory=list)
 
     @property
     def error(self) -> float:
         return (self.predicted_step_us - self.new_step_us) / self.new_step_us \
             if self.new_step_us else 0.0
+
+    @property
+    def step_errors(self) -> list[float]:
+        """Per step: (predicted NEW − measured NEW) / measured NEW."""
+        return [(p - m) / m if m else 0.0 for p, m in zip(self.predicted_steps, self.new_steps)]
+
+    @property
+    def base_spread_us(self) -> float:
+        """Step-to-step spread of measured BASE: the standard deviation over its steps."""
+        return _spread(self.base_steps)
+
+    @property
+    def new_spread_us(self) -> float:
+        return _spread(self.new_steps)
+
+    @property
+    def noise_us(self) -> float:
+        """Two standard errors of the difference of the two runs' mean steps: a change of the
+        mean smaller than this is within the measured step-to-step noise (about 95%)."""
+        nb, nn = len(self.base_steps), len(self.new_steps)
+        if nb < 2 or nn < 2:
+            return 0.0
+        return 2.0 * float(np.sqrt(self.base_spread_us ** 2 / nb + self.new_spread_us ** 2 / nn))
+
+    @property
+    def change_within_noise(self) -> bool:
+        """The predicted change (predicted NEW − replayed BASE) is within `noise_us`."""
+        return abs(self.predicted_step_us - self.base_replayed_us) < self.noise_us
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -446,8 +525,32 @@ class DiffResult:
             "attribution": {"scheme": self.scheme, "group_by": self.group_by,
                             "sums_to": "predicted_step_us - base_replayed_step_us"},
             "contributions": [{"group": g, "delta_us": d} for g, d in self.contributions],
+            "steps": [{"base_us": b, "new_us": n, "predicted_us": p, "error": e}
+                      for b, n, p, e in zip(self.base_steps, self.new_steps,
+                                            self.predicted_steps, self.step_errors)],
+            "base_spread_us": self.base_spread_us, "new_spread_us": self.new_spread_us,
+            "noise_us": self.noise_us, "change_within_noise": self.change_within_noise,
             "notes": self.notes,
         }
+
+
+def _spread(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def per_step(events: pa.Table, g: Graph, times: np.ndarray) -> list[float]:
+    """Mean over ranks of each whole step's time (``times``: per (rank, step) window, in the
+    order of `window_times`), steps in order."""
+    wins = step_windows(events, g, _Sched(np.zeros(2 * g.n)))  # type: ignore[arg-type]
+    steps = np.array([w[1] for w in wins], dtype=np.int64)
+    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), dtype=bool)
+    steps = steps[keep]
+    if len(steps) != len(times):
+        return []
+    u, inv = np.unique(steps, return_inverse=True)
+    tot = np.bincount(inv, weights=times, minlength=len(u))
+    cnt = np.bincount(inv, minlength=len(u))
+    return (tot / np.maximum(cnt, 1)).tolist()
 
 
 def check_same_program(base: pa.Table, new: pa.Table, m: Matching, labels: tuple[str, str]) -> None:
@@ -475,7 +578,12 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     base_rep = pb.step_mean()
     full = np.ones(pb.graph.n, dtype=bool)
     g_all, c_all = apply_transplant(pb, tp, full)
-    predicted = pb.step_mean(g_all, c_all)  # type: ignore[arg-type]
+    pred_times = pb.step_times(g_all, c_all)  # type: ignore[arg-type]
+    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
+    steps_b = per_step(base, pb.graph, base_meas)
+    steps_n = per_step(new, pn.graph, new_meas)
+    steps_p = per_step(base, pb.graph, pred_times)
+    k = min(len(steps_b), len(steps_n), len(steps_p))
     # sequential attribution over groups, largest busy-time change first
     lab = group_labels(pb, group_by)
     dc = np.nan_to_num(tp.cost_new - tp.cost_base) * pb.leaf
@@ -513,4 +621,6 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
         base_replayed_us=base_rep, predicted_step_us=predicted,
         matched_fraction=m.fraction, matched=int(len(m.base)),
         unmatched_base=m.unmatched_base, unmatched_new=m.unmatched_new,
-        contributions=contributions, scheme="sequential", group_by=group_by, notes=notes)
+        contributions=contributions, scheme="sequential", group_by=group_by, notes=notes,
+        base_steps=steps_b, new_steps=steps_n,
+        predicted_steps=steps_p[:k] if len(steps_n) == len(steps_b) else [])

@@ -37,7 +37,7 @@ from mtia_trace import schema
 from mtia_trace.schema import COMPUTE_KINDS
 from replay.attribution import attribute_steps, check_attribution, passive_events, summarize
 from replay.costs import COMPONENTS, MEASURED_DUR, CostModel, device_waits
-from replay.critical_path import mark_critical, path_tables
+from replay.critical_path import critical_time, mark_critical, path_tables, segment_owners
 from replay.graph import EDGE_CODE, Graph, _is_in
 from replay.intervals import overlap_fraction
 from replay.scheduler import BOUND_CHAIN, BOUND_RESOURCE, Schedule, SchedulePlan, schedule
@@ -90,7 +90,10 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     lag[into] = lag_ev[g.dst_pt[into] // 2]
     notes = {"launch_latency": {"source_us": source_us, "target_us": target_us,
                                 "modelled_us": tgt_v, "strict": bool(strict)}}
-    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag,
+    base = g.base
+    if strict and g.pinned_us is not None and g.pinned_us.any():
+        base = g.base - g.pinned_us  # an input-less first start: back to its rank's start
+    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag, base=base,
                               unexplained_lag=np.zeros(g.n) if strict else u)
     return out, notes
 
@@ -214,9 +217,14 @@ def attribute(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
     """Attribute every step; ``ranks``: keep (and check) only these ranks' steps and summary."""
     pt = path_tables(g, s, comps)
     steps, walks = attribute_steps(events, g, s, pt)
-    del pt  # the largest tables of the stage (categories x points): free before the next
-    crit = mark_critical(g, walks, passive_events(events))
-    out = replayed_events(events, g, s, comps, crit)
+    passive = passive_events(events)
+    owner = segment_owners(g, pt, events.column("parent_id").to_numpy(), passive)
+    crit_us = critical_time(g, pt, walks, owner)
+    del pt, owner  # the largest tables of the stage (categories x points): free before the next
+    # an op is critical when the path crosses its own work: a leaf's run or a parent's self time
+    crit = mark_critical(g, walks, passive) | ((crit_us > 0) & ~passive)
+    crit_us[passive] = 0.0
+    out = replayed_events(events, g, s, comps, crit, crit_us)
     summary = summarize(events, g, s, comps, steps)
     if ranks is not None:
         mine = np.asarray(ranks, dtype=np.int32)
@@ -227,7 +235,7 @@ def attribute(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarr
 
 
 def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np.ndarray],
-                    crit: np.ndarray) -> pa.Table:
+                    crit: np.ndarray, crit_us: np.ndarray) -> pa.Table:
     """schema.REPLAYED_EVENTS_SCHEMA: the events with their replayed times, cost split, binding."""
     start = s.T[0::2]
     end = s.T[1::2]
@@ -261,7 +269,7 @@ def replayed_events(events: pa.Table, g: Graph, s: Schedule, comps: dict[str, np
     arrays += [pa.array(extra["start_us"]), pa.array(extra["end_us"])]
     arrays += [pa.array(extra[f"{c}_us"]) for c in COMPONENTS]
     arrays += [pa.array(extra["queue_us"]), names, pa.array(bsrc),
-               pa.array(crit), pa.array(s.coll_wait)]
+               pa.array(crit), pa.array(crit_us), pa.array(s.coll_wait)]
     return pa.Table.from_arrays(arrays, schema=schema.REPLAYED_EVENTS_SCHEMA)
 
 

@@ -8,6 +8,7 @@ point is validated before any replay runs, so a typo fails fast with the spec's 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -59,6 +60,14 @@ def step_means(steps: pa.Table) -> dict[str, float]:
     return out
 
 
+def _time_left(t0: float, done: int, total: int) -> str:
+    """`` (about 12 min left)`` from the pace of the points done so far (none before the first)."""
+    if not done:
+        return ""
+    left = (time.perf_counter() - t0) / done * (total - done)
+    return f" (about {left / 60:.0f} min left)" if left >= 90 else f" (about {left:.0f} s left)"
+
+
 def sweep(events: pa.Table, hw: str, axes: list[tuple[str, list[str]]],
           base_overrides: list[str] | None = None, *, mode: str = "auto",
           loss_rate: float = 0.0, seed: int = 0, whatifs: list[str] | None = None,
@@ -81,11 +90,12 @@ def sweep(events: pa.Table, hw: str, axes: list[tuple[str, list[str]]],
     if whatifs:
         rows["whatif"] = []
     graph = build_graph(events)  # the graph depends on the trace only: built once per sweep
+    t0 = time.perf_counter()
     for i, (p, w) in enumerate(points):
         spec = specs[tuple(p)]
         if progress:
             label = " ".join(p + ([w.text] if w else [])) or "(base spec)"
-            progress(f"point {i + 1}/{len(points)}: {label}")
+            progress(f"point {i + 1}/{len(points)}{_time_left(t0, i, len(points))}: {label}")
         result = replay_events(events, model_for(spec, mode=mode, loss_rate=loss_rate, seed=seed),
                                graph=graph, whatifs=[w] if w else None)
         rows["point"].append(i)

@@ -15,6 +15,7 @@ Selector: comma-separated terms, all of which must hold (``|`` separates alterna
 - ``track=dev:0:*``            the track string, glob
 - ``scope=backward``           inside a user annotation whose name matches (device work:
                                launched from inside it)
+- ``launched_by=cudaLaunch*``  device work launched by a host event whose name matches
 - a bare term without ``=`` is a name glob; ``*`` (or ``all``) selects everything.
 
 Change (after the last ``:``): ``x0.5`` (scale), ``-20%`` / ``+10%`` (percent), ``=120us``
@@ -22,7 +23,9 @@ Change (after the last ``:``): ``x0.5`` (scale), ``-20%`` / ``+10%`` (percent), 
 
 What a change touches: a scale applies to the selected events, everything nested in them and
 the device work they launch (so ``name=data_wait:x0.5`` halves the whole region, self time
-included). A set or an add applies to each selected event's own duration: a leaf's or device
+included). A runtime call selected on its own (``kind=runtime``, ``name=cudaLaunchKernel``) is
+its own cost only: the kernel it launches is other work (select it with ``launched_by=``); inside
+a selected op, the op's launches come with it. A set or an add applies to each selected event's own duration: a leaf's or device
 event's cost; a selected op with children has its inside scaled to the new duration (set), or
 the time added to its trailing self time (add).
 
@@ -46,7 +49,8 @@ from mtia_trace.schema import COMM_KINDS
 from replay.costs import COMPONENTS
 from replay.graph import EDGE_CODE, Graph
 
-SELECTOR_KEYS = ("kind", "name", "rank", "step", "stream", "thread", "track", "scope")
+SELECTOR_KEYS = ("kind", "name", "rank", "step", "stream", "thread", "track", "scope",
+                 "launched_by")
 _UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
 _WHATIF_HELP = ("expected SELECTOR:CHANGE, e.g. 'rank=3,kind=embedding:x0.5', "
                 "'name=aten::mm:-20%', 'scope=data_wait:=0us', 'kind=gemm:+5ms'")
@@ -130,7 +134,7 @@ def parse_whatif(text: str) -> WhatIf:
                     if not re.fullmatch(r"-?\d+(--?\d+)?", a):
                         raise UsageError(f"--whatif {text!r}: {key}={a!r} is not an integer or "
                                          f"a range like 0-3")
-            if key in ("name", "scope", "track") and alts[0].startswith("/"):
+            if key in ("name", "scope", "track", "launched_by") and alts[0].startswith("/"):
                 pat = alts[0].strip("/")
                 try:
                     re.compile(pat)
@@ -224,7 +228,9 @@ def launcher(events: pa.Table, g: Graph) -> np.ndarray:
 
 
 def nested(events: pa.Table, g: Graph, seed: np.ndarray) -> np.ndarray:
-    """``seed`` plus everything nested in it (host) and the work launched from there."""
+    """``seed`` plus everything nested in it (host) and the work launched from there. A runtime
+    call in ``seed`` whose parent is not selected launches nothing selected: a launch call's own
+    cost is not its kernel's (``launched_by=`` selects those)."""
     parent = events.column("parent_id").to_numpy()
     m = seed.copy()
     has_p = parent >= 0
@@ -234,9 +240,12 @@ def nested(events: pa.Table, g: Graph, seed: np.ndarray) -> np.ndarray:
         if np.array_equal(nxt, m):
             break
         m = nxt
+    own_only = (events.column("kind").to_numpy(zero_copy_only=False) == "runtime") \
+        & ~(has_p & m[p])
     lau = launcher(events, g)
     has_l = lau >= 0
-    m |= has_l & m[np.where(has_l, lau, 0)]
+    li = np.where(has_l, lau, 0)
+    m |= has_l & m[li] & ~own_only[li]
     return m
 
 
@@ -260,6 +269,10 @@ def select(events: pa.Table, g: Graph, w: WhatIf) -> np.ndarray:
             ann &= (events.column("kind").to_numpy(zero_copy_only=False) == "annotation")
             ann &= ~events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
             m &= nested(events, g, ann) & ~ann
+        elif key == "launched_by":
+            hit = _match_strings(events.column("name"), alts)
+            lau = launcher(events, g)
+            m &= (lau >= 0) & hit[np.where(lau >= 0, lau, 0)]
     return m
 
 

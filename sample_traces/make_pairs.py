@@ -1,7 +1,14 @@
 """Record counterfactual pairs: a DLRM-style training step profiled twice with torch on CPU
-(2 ranks over gloo), a baseline `a/` and a run `b/` that differs in one known factor.
+(ranks over gloo), a baseline `a/` and a run `b/` that differs in one known factor.
 
     python sample_traces/make_pairs.py OUT_DIR [--pair NAME ...] [--ranks 2] [--steps 4]
+                                       [--dp manual|ddp]
+
+``--dp manual`` (default) all-reduces the flattened dense gradients after backward on the main
+thread; ``--dp ddp`` wraps the dense part (bottom MLP, interaction, top MLP) in
+`DistributedDataParallel` (gloo, small buckets), whose reducer issues asynchronous bucketed
+all-reduces on the gloo threads while backward still runs and waits for them at its end. Pair
+folders are named ``dp_NAME`` (manual) or ``ddp_NAME``.
 
 Needs torch (not a project dependency; install it in a separate virtualenv). Not run in CI.
 Each pair folder gets `a/`, `b/` (one .pt.trace.json.gz per rank), a README.md saying what
@@ -10,8 +17,9 @@ changed, and a WHATIF file: the `--whatif` selectors that name the change, one p
 
 Pairs (every run has the same op sequence: the `data_wait` and `extra_compute` regions exist in
 both runs, with a zero sleep or a small matmul in the baseline, so events match one to one):
-straggler (rank 1 sleeps in data_wait), compute (rank 1's extra_compute matmul is bigger),
-embedding (one table's pooling grows), dense (the top MLP's first layer is wider).
+same (nothing changed: two recordings of the baseline, the run-to-run noise), straggler (rank 1
+sleeps in data_wait), compute (rank 1's extra_compute matmul is bigger), embedding (one table's
+pooling grows), dense (the top MLP's first layer is wider).
 """
 
 from __future__ import annotations
@@ -43,13 +51,19 @@ class Config:
     pooling: tuple[int, ...] = (3, 8, 5, 20)   # mean pooling per table; table t on rank t % ranks
     top: tuple[int, ...] = (128, 64)
     bottom: tuple[int, ...] = (128, 64)
-    sleep_ms: tuple[float, ...] = (0.0, 0.0)    # per rank, in data_wait
-    extra_n: tuple[int, ...] = (64, 64)         # per rank: 4 mm of n x n in extra_compute
+    sleep_ms: tuple[float, ...] = (0.0, 0.0)    # rank 0, rank 1 (others as rank 0), in data_wait
+    extra_n: tuple[int, ...] = (64, 64)         # rank 0, rank 1 (others as rank 0): 4 mm of n x n
+    dp: str = "manual"                          # dense data parallel: manual all_reduce or ddp
+    bucket_mb: float = 0.05                     # DDP bucket cap (MB): a few buckets per step
     seed: int = 0
+
+    def per_rank(self, values: tuple[float, ...], rank: int) -> float:
+        return values[rank] if rank < len(values) else values[0]
 
 
 #: pair name -> (what changed, b's config change, the what-ifs that name it)
 PAIRS: dict[str, tuple[str, dict, list[str]]] = {
+    "same": ("nothing: a second recording of the baseline (run-to-run noise)", {}, []),
     "straggler": ("rank 1 sleeps 8 ms in `data_wait` at the start of every step",
                   {"sleep_ms": (0.0, 8.0)}, ["rank=1,kind=annotation,name=data_wait:+8ms"]),
     "compute": ("rank 1's `extra_compute` multiplies 320x320 matrices instead of 64x64",
@@ -70,6 +84,31 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class Dense(nn.Module):
+    """The data-parallel part: bottom MLP, interaction, top MLP."""
+
+    def __init__(self, c: Config) -> None:
+        super().__init__()
+        self.c = c
+        self.bottom = _mlp([13, *c.bottom, c.dim])
+        n = len(c.pooling) + 1
+        self.top = nn.Sequential(_mlp([n * (n - 1) // 2 + c.dim, *c.top]),
+                                 nn.Linear(c.top[-1], 1))
+
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        c = self.c
+        with torch.profiler.record_function("dense_forward"):
+            with torch.profiler.record_function("bottom_mlp"):
+                x = self.bottom(dense)
+            with torch.profiler.record_function("interaction"):
+                feats = torch.cat([x.unsqueeze(1), emb[:, :len(c.pooling)]], dim=1)
+                z = torch.bmm(feats, feats.transpose(1, 2))
+                li, lj = torch.tril_indices(feats.shape[1], feats.shape[1], offset=-1)
+                inter = torch.cat([x, z[:, li, lj]], dim=1)
+            with torch.profiler.record_function("top_mlp"):
+                return self.top(inter).squeeze(1)
+
+
 class DLRM(nn.Module):
     def __init__(self, c: Config, rank: int) -> None:
         super().__init__()
@@ -77,10 +116,7 @@ class DLRM(nn.Module):
         self.mine = [t for t in range(len(c.pooling)) if t % c.ranks == rank]
         self.tables = nn.ModuleList(nn.EmbeddingBag(c.rows, c.dim, mode="sum")
                                     for _ in self.mine)
-        self.bottom = _mlp([13, *c.bottom, c.dim])
-        n = len(c.pooling) + 1
-        self.top = nn.Sequential(_mlp([n * (n - 1) // 2 + c.dim, *c.top]),
-                                 nn.Linear(c.top[-1], 1))
+        self.dense: nn.Module = Dense(c)
 
     def forward(self, dense: torch.Tensor, bags: list[tuple[torch.Tensor, torch.Tensor]]
                 ) -> torch.Tensor:
@@ -94,16 +130,7 @@ class DLRM(nn.Module):
             recv = torch.empty(c.ranks * local, per * c.dim)
             dist.all_to_all_single(recv, send.contiguous())
         emb = recv.view(c.ranks, local, per, c.dim).permute(1, 0, 2, 3).reshape(local, -1, c.dim)
-        with torch.profiler.record_function("dense_forward"):
-            with torch.profiler.record_function("bottom_mlp"):
-                x = self.bottom(dense)
-            with torch.profiler.record_function("interaction"):
-                feats = torch.cat([x.unsqueeze(1), emb[:, :len(c.pooling)]], dim=1)
-                z = torch.bmm(feats, feats.transpose(1, 2))
-                li, lj = torch.tril_indices(feats.shape[1], feats.shape[1], offset=-1)
-                inter = torch.cat([x, z[:, li, lj]], dim=1)
-            with torch.profiler.record_function("top_mlp"):
-                return self.top(inter).squeeze(1)
+        return self.dense(dense, emb)
 
 
 def _run(rank: int, port: int, c: Config, out: str) -> None:
@@ -112,18 +139,22 @@ def _run(rank: int, port: int, c: Config, out: str) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(c.seed + rank)
     model = DLRM(c, rank)
-    dense_params = [p for n, p in model.named_parameters() if not n.startswith("tables")]
+    dense_params = list(model.dense.parameters())
+    if c.dp == "ddp":
+        model.dense = nn.parallel.DistributedDataParallel(model.dense,
+                                                          bucket_cap_mb=c.bucket_mb)
     opt = torch.optim.SGD(dense_params, lr=0.01)
     sparse_opt = torch.optim.Adagrad(model.tables.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(100 + c.seed + rank)
     local = c.batch // c.ranks
-    a = torch.randn(c.extra_n[rank], c.extra_n[rank], generator=gen)
+    n = int(c.per_rank(c.extra_n, rank))
+    a = torch.randn(n, n, generator=gen)
     sched = torch.profiler.schedule(wait=1, warmup=2, active=c.steps, repeat=1)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
                                 record_shapes=True) as prof:
         for _ in range(3 + c.steps):
             with torch.profiler.record_function("data_wait"):
-                time.sleep(c.sleep_ms[rank] / 1e3)
+                time.sleep(c.per_rank(c.sleep_ms, rank) / 1e3)
                 dense = torch.randn(local, 13, generator=gen)
                 label = torch.randint(0, 2, (local,), generator=gen).float()
                 bags = []
@@ -142,10 +173,11 @@ def _run(rank: int, port: int, c: Config, out: str) -> None:
             loss = nn.functional.binary_cross_entropy_with_logits(model(dense, bags), label)
             with torch.profiler.record_function("backward"):
                 loss.backward()
-            with torch.profiler.record_function("grad_all_reduce"):
-                flat = torch.cat([p.grad.flatten() for p in dense_params])
-                dist.all_reduce(flat)
-                flat /= c.ranks
+            if c.dp == "manual":  # DDP all-reduced the gradients during backward
+                with torch.profiler.record_function("grad_all_reduce"):
+                    flat = torch.cat([p.grad.flatten() for p in dense_params])
+                    dist.all_reduce(flat)
+                    flat /= c.ranks
             with torch.profiler.record_function("optimizer_step"):
                 opt.step()
                 sparse_opt.step()
@@ -173,20 +205,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--pair", action="append", choices=sorted(PAIRS))
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--dp", choices=["manual", "ddp"], default="manual")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     for name in args.pair or sorted(PAIRS):
         what, change, whatifs = PAIRS[name]
-        base = Config(steps=args.steps, seed=args.seed)
+        base = Config(ranks=args.ranks, steps=args.steps, dp=args.dp, seed=args.seed)
         new = replace(base, **change)
-        folder = args.out / f"dp_{name}"
+        folder = args.out / f"{'ddp' if args.dp == 'ddp' else 'dp'}_{name}"
         if folder.exists():
             raise SystemExit(f"{folder}: exists; remove it or choose another OUT_DIR")
-        record(base, folder / "a", f"dp_{name}_a")
-        record(new, folder / "b", f"dp_{name}_b")
-        (folder / "README.md").write_text(f"# dp_{name}\n\nb differs from a: {what}.\n")
-        (folder / "WHATIF").write_text("\n".join(whatifs) + "\n")
+        record(base, folder / "a", f"{folder.name}_a")
+        record(new, folder / "b", f"{folder.name}_b")
+        (folder / "README.md").write_text(
+            f"# {folder.name}\n\n{base.ranks} ranks, dense data parallel: {base.dp}; "
+            f"b differs from a: {what}.\n")
+        if whatifs:
+            (folder / "WHATIF").write_text("\n".join(whatifs) + "\n")
         (folder / "manifest.json").write_text(json.dumps(
             {"a": asdict(base), "b": asdict(new), "torch": torch.__version__}, indent=2))
         print(f"{folder}: a/ and b/ recorded ({what})")

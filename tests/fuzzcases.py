@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ from pathlib import Path
 EPOCH_US = 1_700_000_000_000_000
 
 OUTCOMES = ("clean exit 2", "clean exit 0", "traceback", "wrong exit", "hang", "silent wrong",
-            "query wrote")
+            "query wrote", "unsafe output")
 #: Prefix of a check's finding that a `query` changed or created a file (its own column).
 WROTE = "wrote: "
+#: Prefix of a check's finding that a name from a trace reached an output raw (its own column).
+UNSAFE = "unsafe: "
 
 
 def trace_doc(rank: int = 0, steps: int = 2, world: int = 1) -> dict:
@@ -173,6 +176,8 @@ def classify(case: Case, code: int | None, out: str, err: str, crashed: bool,
     if problem:
         if problem.startswith(WROTE):
             return "query wrote", problem[len(WROTE):]
+        if problem.startswith(UNSAFE):
+            return "unsafe output", problem[len(UNSAFE):]
         return "silent wrong", problem
     assert code is not None
     if case.expect == "any" and code in (0, 1):  # e.g. validate: 1 = the check failed
@@ -644,6 +649,96 @@ def query_stream(ws: Workspace, rng: random.Random) -> Case:
     return Case("query stream", argv, "clean", sql[:60] + f" {fmt}", check=check)
 
 
+# ---- output escaping -------------------------------------------------------------------------
+# Names from a trace that attack where they are shown: a terminal (escape sequences, bidi
+# overrides), Markdown in a CI job summary (headings, HTML, links) and the HTML report (the end
+# of its script). Each case renders a trace (or a run) whose op, thread and annotation names are
+# hostile to a file in one format and checks that none of them arrives there raw.
+
+HOSTILE_NAMES = [
+    "\x1b]52;c;SU5KRUNURUQ=\x07clip", "\x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\",
+    "op\x1b[2K\rPASS", "\x1b[8mhidden\x1b[0m", "txt\u202eINJECTED\u202c", "del\x7f\x9b31m",
+    "x\n## INJECTED heading", "y\r# INJECTED", "<img src=x onerror=alert(1)>",
+    "<details><summary>INJECTED</summary>", "[INJECTED](https://evil.example)",
+    "<!--<script>", "</script><script>alert(1)</script>", "a|b`c``d", "&amp;<b>INJECTED</b>",
+]
+_RAW_HTML = re.compile(r"(?<!\\)<\s*(img|details|summary|script|b|!--)", re.I)
+
+
+def _unsafe_text(text: str, fmt: str) -> str | None:
+    """What in ``text`` (an output in ``fmt``) is a hostile name arriving raw, or None."""
+    from mtia_trace.escape import has_unsafe
+    body = text.replace("\n", "").replace("\t", "")
+    if fmt in ("table", "md") and has_unsafe(body):
+        return f"{fmt}: a control or bidi character"
+    if fmt == "md":
+        raw = re.sub(r"\\.", "", text)
+        if re.search(r"^\s{0,3}#{1,6}\s*INJECTED", text, re.M):
+            return "md: a name started a heading"
+        if _RAW_HTML.search(raw) or "](https://evil" in raw:
+            return "md: raw HTML or a link from a name"
+    if fmt == "html":
+        if "<!--<script>" in text or "alert(1)</script>" in text or "<b>INJECTED" in text:
+            return "html: a name ends or changes the page's markup"
+        for data in re.findall(r'<script type="application/json">(.*?)</script>', text, re.S):
+            if set("<>&") & set(data):
+                return "html: <, > or & raw in the embedded JSON"
+    return None
+
+
+def _hostile_trace(d: Path, rng: random.Random) -> Path:
+    doc = trace_doc(steps=2)
+    names = rng.sample(HOSTILE_NAMES, k=rng.choice([1, 2, 4]))
+    for e in doc["traceEvents"]:
+        if e.get("name") in ("aten::mm", "sm80_gemm") or e.get("ph") == "M":
+            target = e["args"] if e.get("ph") == "M" else e
+            target["name"] = rng.choice(names)
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": rng.choice(names),
+                               "pid": 1, "tid": 1, "ts": EPOCH_US + 1005, "dur": 80})
+    path = d / "t.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def output_escaping(ws: Workspace, rng: random.Random) -> Case:
+    d = ws.fresh("escape")
+    trace = _hostile_trace(d, rng)
+    run = d / "run"
+    out = d / "out"
+    cmd = rng.choice(["analyze", "query", "whatif", "report", "report-html", "diff"])
+    fmt = {"report-html": "html", "report": "md"}.get(cmd, rng.choice(["table", "md"]))
+    ingest_first = cmd in ("analyze", "query", "report", "report-html")
+    if cmd == "whatif":
+        argv = ["whatif", str(trace), "--top", "5", "--format", fmt, "-o", str(out), "-q"]
+    elif cmd == "diff":
+        argv = ["diff", str(trace), str(trace), "--format", "md" if fmt == "md" else "text",
+                "-o", str(out), "-q"]
+    else:
+        argv = []
+
+    def check() -> str | None:
+        from mtia_trace.cli import main
+        if ingest_first:
+            code = main(["replay", str(trace), "--hw", "mtia300", "-o", str(run), "-q"])
+            if code != 0:
+                return None  # refused: nothing rendered
+            sub = {"analyze": ["analyze", str(run), "top_ops", "critical_path", "--format", fmt],
+                   "query": ["query", str(run), "SELECT DISTINCT name, track FROM events",
+                             "--format", fmt],
+                   "report": ["report", str(run), "--format", "md"],
+                   "report-html": ["report", str(run), "--format", "html"]}[cmd]
+            if main([*sub, "-o", str(out)]) != 0:
+                return None
+        if not out.exists():
+            return None
+        found = _unsafe_text(out.read_text(errors="replace"), fmt)
+        return UNSAFE + found + f" ({cmd})" if found else None
+
+    if ingest_first:  # the case's own run happens in check(), after this harmless call
+        argv = ["inspect", str(trace)]
+    return Case("output escaping", argv, "clean", f"{cmd} {fmt}", check=check)
+
+
 FAMILIES: dict[str, Callable[[Workspace, random.Random], Case]] = {
     "ingest mutation": ingest_mutation,
     "ingest file": ingest_file,
@@ -656,4 +751,5 @@ FAMILIES: dict[str, Callable[[Workspace, random.Random], Case]] = {
     "arguments": arguments,
     "synth bounds": synth_bounds,
     "query stream": query_stream,
+    "output escaping": output_escaping,
 }

@@ -103,6 +103,8 @@ def _assemble(rows: list[dict[str, object]], *, late_rank: int, late_us: float,
     cols["launch_id"] = [-1 if v is None else v for v in cols["launch_id"]]
     kinds = [row["kind"] for row in rows]
     cols["critical"] = [k in ("gemm", "embedding", "collective") for k in kinds]
+    # the critical events are leaves: their whole run is their own work on the path
+    cols["critical_us"] = np.where(cols["critical"], dur, 0.0)
     cols["bound_by"] = ["collective" if k == "collective" else ("launch" if k in ("gemm", "embedding")
                         else "host") for k in kinds]
     cols["bound_src"] = [-1] * n

@@ -97,6 +97,8 @@ def _events(rows: list[dict]) -> tuple[pa.Table, dict[str, int]]:
             "end_us": row["end"], "src_file": f"rank{row['rank']}.json",
             "parent_id": ref(row.get("parent")), "launch_id": ref(row.get("launch")),
             "bound_src": ref(row.get("bound_src")),
+            # the critical events here are leaves: their whole run is their own work
+            "critical_us": row.get("critical_us", dur if row.get("critical") else 0.0),
         }
         for name in cols:
             if name in values:

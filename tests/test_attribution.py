@@ -92,7 +92,7 @@ def _invariant_cases():
                 "hta/mtia_trace_single_rank"):
         p = REAL / rel
         if p.is_dir():
-            out += sorted(p.glob("*.json.gz"))[:1]
+            out += [pytest.param(f, marks=pytest.mark.real) for f in sorted(p.glob("*.json.gz"))[:1]]
     return out
 
 

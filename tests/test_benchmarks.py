@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+import mtia_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = sorted((ROOT / "benchmarks").glob("bench_*.py"))
@@ -17,23 +18,25 @@ QUICK = ("bench_costs.py", "bench_ingest.py", "bench_performance.py", "bench_rep
 
 
 def _run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
+    if Path(mtia_trace.__file__).resolve().is_relative_to(ROOT / "mtia_trace"):  # the source tree
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=timeout)
 
 
 @pytest.mark.parametrize("path", BENCH, ids=lambda p: p.name)
 def test_help_does_not_start_the_benchmark(path: Path) -> None:
-    t = time.perf_counter()
-    p = _run(str(path), "--help", timeout=60)
+    # argparse exits after printing the usage: nothing of the benchmark runs (the timeout only
+    # catches one that starts anyway; a loaded machine may take seconds to import)
+    p = _run(str(path), "--help", timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage:"), p.stdout[:200]
-    assert time.perf_counter() - t < 30
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", QUICK)
 def test_quick_mode_runs(name: str) -> None:
-    p = _run(str(ROOT / "benchmarks" / name), "--quick", timeout=180)
+    p = _run(str(ROOT / "benchmarks" / name), "--quick", timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip(), "a quick run prints its measurements"

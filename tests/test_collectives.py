@@ -21,6 +21,7 @@ from replay.hardware.collectives import (
     collective_costs,
     nccl_tests_rows,
 )
+from tests.conftest import NCCL_TABLES
 from tests.conftest import invoke_cli as cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -349,7 +350,7 @@ KNOWN_MISSES = {
     "stas00_a100_1node_allreduce": "32 KB-16 MB: measured ~45-100 us vs NCCL's LL/LL128 model; "
                                    "median 25%, p90 55%",
 }
-NCCL_DIR = ROOT.parent / "shared" / "nccl"
+NCCL_DIR = NCCL_TABLES  # ../shared/nccl, else the vendored copy in tests/data/nccl
 TABLES = sorted(NCCL_DIR.glob("*.json")) if NCCL_DIR.is_dir() else []
 
 
@@ -425,6 +426,7 @@ def test_time_error_by_size_band_has_the_sign_of_the_miss(tmp_path: Path) -> Non
     assert "-50%" in vc.render([r]).splitlines()[2]
 
 
+@pytest.mark.real
 @pytest.mark.skipif(not TABLES, reason="published nccl-tests tables (../shared/nccl) absent")
 def test_every_shared_table_has_a_spec() -> None:
     results, skipped = vc.validate_dir(NCCL_DIR)
@@ -440,6 +442,7 @@ def _matching_tables() -> list[str]:
     return out
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_MISSES[n], strict=True))
     if n in KNOWN_MISSES else n
@@ -450,6 +453,7 @@ def test_validation_targets_on_matching_systems(name: str) -> None:
     assert r.median <= vc.MEDIAN_TARGET and r.p90 <= vc.P90_TARGET, (r.median, r.p90)
 
 
+@pytest.mark.real
 @pytest.mark.skipif(not TABLES, reason="published nccl-tests tables (../shared/nccl) absent")
 def test_validation_script_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert vc.main([str(NCCL_DIR)]) == 0

@@ -3,6 +3,9 @@ shape and a hash of its bytes), its edges table, ``t0`` and its notes, for the b
 a generated trace (a train preset on several ranks: launches, stream waits, host syncs, matched
 collectives; the CPU sample: gloo enqueues, worker threads and ``work.wait()`` gaps).
 
+Small hand-built graphs (tests/known_traces.py, whose replays tests/test_known_answers.py derives
+by hand) are stored value by value, so a change to them reads as values in the diff.
+
 A refactoring of `replay.graph` must leave these unchanged. After an intended change to the graph
 (or to ingest or synth, which feed it): ``pytest tests/test_graph_golden.py --update-golden``, and
 say in the commit which fields moved and why.
@@ -22,6 +25,7 @@ import pytest
 from mtia_trace.ingest import load
 from mtia_trace.synth import SynthOptions, synthesize
 from replay.graph import Graph, build_graph
+from tests.known_traces import SMALL
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "graph.json"
@@ -51,13 +55,29 @@ def _table(t: pa.Table) -> dict[str, str]:
     return out
 
 
+def _values(a: np.ndarray | list) -> dict[str, object]:
+    """An array's dtype and values (NaN as null), for a golden a reviewer can read."""
+    arr = np.asarray(a)
+    vals = [None if isinstance(x, float) and x != x else x for x in arr.tolist()]
+    return {"dtype": arr.dtype.str if arr.dtype != object else "str", "values": vals}
+
+
+#: graphs of at most this many events are stored value by value
+SMALL_N = 16
+
+
 def fingerprint(g: Graph) -> dict[str, object]:
-    """Every field of ``g``: arrays by digest, the edges table by column, scalars and notes as is."""
+    """Every field of ``g``: arrays by digest (by value for a graph of at most `SMALL_N`
+    events), the edges table by column, scalars and notes as is."""
     out: dict[str, object] = {}
+    small = g.n <= SMALL_N
     for f in dataclasses.fields(g):
         v = getattr(g, f.name)
         if isinstance(v, np.ndarray):
-            out[f.name] = _digest(v)
+            out[f.name] = _values(v) if small else _digest(v)
+        elif isinstance(v, pa.Table) and small:
+            out[f.name] = {"schema": ", ".join(f"{x.name}: {x.type}" for x in v.schema),
+                           **{c: _values(v.column(c).to_pylist()) for c in v.column_names}}
         elif isinstance(v, pa.Table):
             out[f.name] = _table(v)
         elif f.name == "notes":
@@ -78,6 +98,7 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, obje
     events = load(SAMPLES["dcnv2_train_2rank"]).events
     out["dcnv2_train_2rank_cap_0.1us"] = fingerprint(build_graph(events, max_ready_lag_us=0.1))
     out["dcnv2_train_2rank_no_cap"] = fingerprint(build_graph(events, max_ready_lag_us=None))
+    out.update({name: fingerprint(build_graph(make())) for name, make in SMALL.items()})
     return out
 
 

@@ -21,7 +21,7 @@ from mtia_trace.ingest import load
 from mtia_trace.runs import connect
 from mtia_trace.storage import write_run
 from replay.run import replay_events
-from tests.conftest import REAL, requires_real
+from tests.conftest import real_file, requires_real
 
 hta_trace_analysis = pytest.importorskip("hta.trace_analysis", reason="HTA is not installed")
 
@@ -35,9 +35,7 @@ TRACES = ("critical_path/alexnet", "critical_path/cuda_event_sync_multi_stream")
 
 @pytest.fixture(scope="module", params=TRACES)
 def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    folder = REAL / "hta" / request.param
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found")
+    folder = real_file(f"hta/{request.param}")
     res = replay_events(load(str(folder)).events)
     run = write_run({t: getattr(res, t) for t in ("events", "edges", "steps", "collectives",
                                                    "summary")},

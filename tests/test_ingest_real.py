@@ -14,7 +14,7 @@ import pytest
 
 from mtia_trace import schema
 from mtia_trace.ingest import load
-from tests.conftest import REAL, real_traces, requires_real
+from tests.conftest import REAL, real_file, real_traces, requires_real
 
 pytestmark = [requires_real, pytest.mark.real]
 TRACES = real_traces()
@@ -97,7 +97,7 @@ def test_gloo_collectives_pair_and_match_across_ranks() -> None:
 
 
 def test_mtia_training_trace_has_device_ops_dma_and_collectives() -> None:
-    trace = _ingest(REAL / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz")
+    trace = _ingest(real_file("hta/mtia_trace_single_rank/mtia_rank_0.json.gz"))
     ev = trace.events.select(["name", "kind", "is_device", "bytes_read", "launch_id", "coll_op",
                               "flops", "dtype", "track"]).to_pandas()
     dev = ev[ev["is_device"]]
@@ -114,7 +114,7 @@ def test_mtia_training_trace_has_device_ops_dma_and_collectives() -> None:
 
 def test_mtia_job_descriptor_dmas_link_to_their_run_function() -> None:
     """Each job's 3 descriptor DMAs (one packet_ptr, right before its kernel) share its launch."""
-    ev = _ingest(REAL / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz").events.to_pandas()
+    ev = _ingest(real_file("hta/mtia_trace_single_rank/mtia_rank_0.json.gz")).events.to_pandas()
     dma = ev[ev["name"] == "dma_request"]
     linked = dma[dma["launch_id"] >= 0]
     kernels = ev[ev["is_device"] & (ev["name"] != "dma_request") & (ev["launch_id"] >= 0)]
@@ -135,7 +135,7 @@ def test_mtia_job_descriptor_dmas_link_to_their_run_function() -> None:
 
 def test_mtia_tbe_bytes_from_shapes() -> None:
     """split_embedding_codegen_forward_cpu: T=6 tables, total_D=648, 73087 indices, B=1024."""
-    ev = _ingest(REAL / "hta/mtia_trace_single_rank/mtia_rank_0.json.gz").events.to_pandas()
+    ev = _ingest(real_file("hta/mtia_trace_single_rank/mtia_rank_0.json.gz")).events.to_pandas()
     op = ev[(ev["name"] == "fbgemm::split_embedding_codegen_forward_cpu") & (ev["bytes_read"] > 1.6e7)]
     assert len(op)
     r = op.iloc[0]
@@ -144,7 +144,7 @@ def test_mtia_tbe_bytes_from_shapes() -> None:
 
 
 def test_mtia_inference_trace_syncs_and_dma() -> None:
-    trace = _ingest(REAL / "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz")
+    trace = _ingest(real_file("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
     ev = trace.events.to_pandas()
     waits = ev[ev["name"] == "event_wait"]
     assert len(waits) and (waits["kind"] == "sync").all() and (waits["sync_stream"] >= 0).all()
@@ -169,7 +169,7 @@ def test_mtia_inference_trace_syncs_and_dma() -> None:
     "hta/negative_queue_length_values_check/rank0.json.gz",
 ])
 def test_kernels_link_to_their_launch(rel: str) -> None:
-    trace = _ingest(REAL / rel)
+    trace = _ingest(real_file(rel))
     ev = trace.events.select(["kind", "is_device", "launch_id", "step", "cat"]).to_pandas()
     kern = ev[ev["cat"].isin(["kernel", "Kernel"])]
     assert len(kern) and (kern["launch_id"] >= 0).mean() > 0.85
@@ -179,7 +179,7 @@ def test_kernels_link_to_their_launch(rel: str) -> None:
 
 
 def test_cuda_sync_streams() -> None:
-    trace = _ingest(REAL / "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz")
+    trace = _ingest(real_file("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"))
     ev = trace.events.to_pandas()
     assert (ev.loc[ev["name"] == "cudaDeviceSynchronize", "sync_stream"] == -2).all()
     wait = ev[ev["name"] == "cudaStreamWaitEvent"]
@@ -189,7 +189,7 @@ def test_cuda_sync_streams() -> None:
 
 
 def test_nccl_collectives_from_record_param_comms() -> None:
-    trace = _ingest(REAL / "hta/nccl_parser_config/nccl_data.json.gz")
+    trace = _ingest(real_file("hta/nccl_parser_config/nccl_data.json.gz"))
     ev = trace.events.to_pandas()
     k = ev[ev["name"].str.startswith("ncclKernel_AllReduce")]
     assert len(k) == 15 and (k["coll_op"] == "all_reduce").all()
@@ -198,7 +198,7 @@ def test_nccl_collectives_from_record_param_comms() -> None:
 
 
 def test_gemm_kernels_inherit_flops_from_their_op() -> None:
-    trace = _ingest(REAL / "hta/trace_filter/sampled_rank-0.json.gz")
+    trace = _ingest(real_file("hta/trace_filter/sampled_rank-0.json.gz"))
     ev = trace.events.to_pandas()
     gemm_k = ev[ev["is_device"] & (ev["kind"] == "gemm")]
     assert (gemm_k["flops"] > 0).mean() > 0.5

@@ -48,3 +48,22 @@ def test_inspect_reports_warnings(tmp_path, capsys: pytest.CaptureFixture[str]) 
     assert main(["inspect", str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     assert "dev:0:7" in out and "1 of 1 device events have no launching runtime call" in out
+
+
+def test_stream_busy_is_work_only_and_counts_overlaps_once(tmp_path) -> None:
+    """A ``gpu_user_annotation`` span over kernels is not work; overlapping kernels count once."""
+    import json
+    dev = {"device": 0, "stream": 7}
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "## fwd ##", "pid": 0, "tid": 7,
+         "ts": 0, "dur": 1000, "args": dev},
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 10, "dur": 100,
+         "args": dev},
+        {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 60, "dur": 100,
+         "args": dev},
+        {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 7, "ts": 500, "dur": 50,
+         "args": dev}]}))
+    s = summarize(load(tmp_path / "t.json"))
+    row = s.streams[s.streams["track"] == "dev:0:7"].iloc[0]
+    assert row["busy_us"] == pytest.approx(150 + 50)
+    assert row["events"] == 3

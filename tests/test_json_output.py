@@ -45,7 +45,9 @@ def test_validate(cli) -> None:
     d = _json(cli, "validate", TRACE)
     assert set(d) == {"steps", "median_abs_error", "worst_abs_error", "strict_median_abs_error",
                       "strict_worst_abs_error", "checked", "max_error", "passed",
-                      "unexplained_fraction", "device_events_without_launch"}
+                      "unexplained_fraction", "device_events_without_launch",
+                      "device_start", "strict_device_start", "device_starts_unexplained",
+                      "strict_keeps_measured"}
     assert d["checked"] == "error" and 0.0 <= d["unexplained_fraction"] <= 1.0
     assert d["passed"] is True and d["max_error"] == pytest.approx(0.02)
     assert set(d["steps"][0]) == {"rank", "step", "measured_us", "replayed_us", "error",
@@ -74,7 +76,7 @@ def test_hw_list_and_show(cli) -> None:
 def test_whatif_json_is_a_list_of_group_rows(cli) -> None:
     rows = _json(cli, "whatif", CPU_TRACE, "--top", "2", "-q")
     assert isinstance(rows, list) and len(rows) == 2
-    assert all(set(r) == {"group", "by", "busy_us", "step_us", "step_2x_us", "gain_2x_us",
+    assert all(set(r) == {"group", "selects", "by", "busy_us", "step_us", "step_2x_us", "gain_2x_us",
                           "step_zero_us", "gain_zero_us"} for r in rows)
     assert rows[0]["gain_2x_us"] >= rows[1]["gain_2x_us"]
 

@@ -189,3 +189,23 @@ def test_counter_tracks_on_the_tiny_run(tiny_export: list[dict]) -> None:
     names = [e["name"] for e in doc if e["ph"] == "b" and e["pid"] == 1 and e["ts"] < 1000]
     assert names == ["embedding_bag_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
                      "optimizer_kernel"]
+
+
+def test_a_span_that_outlives_its_enclosing_span_moves_to_a_lane_of_its_own() -> None:
+    """Measured traces hold spans that start inside another and end after it (an MTIA
+    ``hccl:all_to_all`` runs 2.5 s past its ``c10d::alltoall_base_``); Perfetto needs each
+    thread's slices to nest, so such a span goes to the thread's next lane."""
+    import numpy as np
+    import pyarrow as pa
+
+    from analyzers.report.perfetto import LANE, nesting_lanes
+    ev = pa.table({"rank": [0, 0, 0, 0, 0], "ph": ["X"] * 5,
+                   "start_us": [0.0, 10.0, 20.0, 30.0, 200.0],
+                   "end_us": [100.0, 50.0, 40.0, 2_500_000.0, 300.0]})
+    tid = nesting_lanes(ev, np.ones(5, dtype=np.int64))
+    assert tid.tolist() == [1, 1, 1, 1 + LANE, 1]
+    for lane in set(tid.tolist()):
+        spans = [(s, e) for s, e, t in zip(ev.column("start_us").to_pylist(),
+                                           ev.column("end_us").to_pylist(), tid.tolist())
+                 if t == lane]
+        assert _nests(spans) == []

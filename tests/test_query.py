@@ -228,3 +228,37 @@ def test_analyze_help_lists_every_analyzer(cli) -> None:
     assert code == 0
     for name in ANALYZERS:
         assert name in out
+
+
+@pytest.mark.parametrize("sql,want", [
+    ("SELECT 1 AS a; SELECT count(*) AS n FROM steps", "n\n-\n4\n"),
+    ("-- the number of steps\nSELECT count(*) AS n FROM steps", "n\n-\n4\n"),
+    ("PIVOT steps ON rank USING count(*) GROUP BY step ORDER BY step",
+     "step  0  1\n----  -  -\n   0  1  1\n   1  1  1\n"),
+])
+def test_legitimate_reads_are_not_refused(runs_dir: Path, cli, sql: str, want: str) -> None:
+    """Several statements (the last one's rows), PIVOT (DuckDB runs it as several), SQL that
+    starts with a `--` comment."""
+    code, out, err = cli("query", runs_dir / "a", sql)
+    assert (code, err, out) == (0, "", want)
+
+
+def test_an_unknown_option_is_still_refused(runs_dir: Path, cli) -> None:
+    code, _, err = cli("query", runs_dir / "a", "--fromat", "csv", "SELECT 1")
+    assert code == 2 and "No such option: --fromat" in err
+
+
+def test_a_query_past_its_timeout_stops_in_one_line(runs_dir: Path, cli) -> None:
+    code, _, err = cli("query", runs_dir / "a", "SELECT count(*) FROM range(100000000000000)",
+                       "--timeout", "1")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--timeout" in lines[0]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_blob_and_bit_columns_print_as_text(runs_dir: Path, cli, fmt: str) -> None:
+    code, out, err = cli("query", runs_dir / "a",
+                         "SELECT 'ab'::BLOB AS b, '101'::BIT AS t, '\\xFF'::BLOB AS c",
+                         "--format", fmt)
+    assert (code, err) == (0, "")
+    assert "101" in out and "ab" in out and "\\xFF" in out.replace("\\\\", "\\")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import orjson
@@ -15,8 +16,8 @@ from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run, run_from_result
 from mtia_trace.progress import Progress
 from mtia_trace.schema import ATTRIBUTION
-from tests.conftest import REAL, requires_real
 from tests.conftest import invoke_cli as cli
+from tests.conftest import real_file, requires_real
 
 GOLDEN = Path(__file__).parent / "golden" / "report_sample.md"
 
@@ -115,8 +116,9 @@ def test_progress_only_on_a_terminal(stream: io.StringIO, quiet: bool, shown: bo
         p.update("h100")
         p.update("mtia300")
     written = stream.getvalue()
-    assert ("replay [2/2] mtia300" in written) is shown
-    assert written == "" if not shown else written.endswith("\r")
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written)
+    assert ("mtia-trace: replay [2/2] mtia300" in plain) is shown
+    assert written == "" if not shown else written.endswith("\x1b[2K")  # the line is cleared
 
 
 def _sweep(path: Path, axes: dict[str, list[str]], step: list[float]) -> Path:
@@ -174,12 +176,12 @@ def test_costing_line_names_the_effective_mode_and_its_coverage() -> None:
         {"assumptions": {"model": {"costing": "as-measured"}}})) or "")
 
 
-def test_identical_targets_are_called_host_bound() -> None:
+def test_identical_targets_are_flagged() -> None:
     from mtia_trace.cli.replay_cmd import identical_targets
 
     steps = report_sample.build_run().steps
     other = report_sample.build_run(gemm_us=440.0).steps
-    assert "host-bound" in (identical_targets({"a": steps, "b": steps}, ["a", "b"]) or "")
+    assert "identical" in (identical_targets({"a": steps, "b": steps}, ["a", "b"]) or "")
     assert identical_targets({"a": steps, "b": other}, ["a", "b"]) is None
     assert identical_targets({"a": steps}, ["a"]) is None
 
@@ -188,26 +190,24 @@ def test_identical_targets_are_called_host_bound() -> None:
 @requires_real
 def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """The MTIA training trace is host-bound: most of its step is host time no recorded op
-    accounts for (80%: the main thread's 5.7 s in ``## backward ##`` is a wait on the autograd
-    engine thread, whose ops and gaps take the critical path; 99% while the wait was host time),
-    and it falls back to roofline costing with flops known for a small share."""
-    trace = REAL / "hta" / "mtia_trace_single_rank"
-    if not trace.is_dir():
-        pytest.skip("hta/mtia_trace_single_rank not found")
+    """The MTIA training trace is host-bound: its largest findings are host time (the main
+    thread's 5.7 s inside ``## backward ##`` is a wait on the autograd engine thread, a
+    ``thread`` edge, so the engine thread's waits and ops take the critical path), and it falls
+    back to roofline costing with flops known for a small share."""
+    trace = real_file("hta/mtia_trace_single_rank")
     code = cli(["replay", str(trace), "--hw", "mtia300", "--out", str(tmp_path / "run"), "-q"],
                capsys)[0]
     assert code == 0
     run = load_run(tmp_path / "run")
     d = report_dict(run)
     top = d["bottlenecks"][0]
-    assert top["key"] == "host_untracked" and top["share"] > 0.75
+    assert top["key"] in ("host_wait", "host_ops", "host_untracked") and top["share"] > 0.5
     assert d["costing"]["mode"] == "roofline" and 0 < d["costing"]["priced_work_time_fraction"] < 0.5
     assert d["host_bound"] is True
     text = render_markdown(build_report(run, with_figures=False))
     head = text.split("### Where the time went")[0]
     assert "Costing: **roofline**" in head and "of device-work time" in head
-    assert "1. Untracked host time is " in head and "**Host-bound" in head
+    assert "**Host-bound" in head
     assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span
 
 

@@ -35,7 +35,9 @@ def _step(r) -> float:  # noqa: ANN001
 def test_main_thread_waits_for_the_autograd_thread() -> None:
     t = backward_trace()
     g = build_graph(t)
-    assert g.edges.column("type").to_pylist().count("thread") == 1
+    # the main thread waits for the engine's last op; the engine starts when backward does
+    assert g.edges.column("type").to_pylist().count("thread") == 2
+    assert g.notes["thread_waits"] == 1 and g.notes["threads_started"] == 1
     base = replay_events(t, graph=g)
     assert base.steps.column("total_us").to_pylist() == [1300.0]  # consistency check
     # the backward ops are on the critical path: halving them shortens the step

@@ -11,8 +11,8 @@ from tests.conftest import SAMPLES
 
 
 def _late_kernel_trace(path: Path) -> Path:
-    """One step whose kernel starts 2950 us after its launch (beyond the 1000 us ready-lag cap):
-    the replay cannot reproduce the delay, so the step replays ~49% short."""
+    """One step whose kernel starts 2950 us after its launch, a device synchronize waits for it:
+    nothing in the trace explains the delay."""
     ev = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
          "ts": 0, "dur": 4000},
@@ -39,7 +39,8 @@ def test_sample_passes_with_columns(cli):
         assert float(r[3]) == pytest.approx(float(r[2]), rel=1e-6)
         assert "!" not in r
     assert any(ln.startswith("median |error| 0.000%, worst 0.000%; strict:") for ln in lines)
-    assert lines[-1].startswith("unexplained: ")
+    assert any(ln.startswith("unexplained: ") for ln in lines)
+    assert lines[-1].startswith("strict keeps as measured: host gaps")
 
 
 def _stalled_kernel_trace(path: Path, stall: float) -> Path:
@@ -74,23 +75,44 @@ def test_injected_stall_fails_strict_not_default(cli, tmp_path):
     assert code == 1 and "strict step error" in err
 
 
-def test_above_threshold_fails_and_flags_step(cli, tmp_path):
+def test_late_kernel_is_unexplained_by_default_and_fails_strict(cli, tmp_path):
+    """A kernel starting 2950 us after its launch with nothing in the trace to explain it: the
+    default replay keeps the lag (no silent re-timing) and counts it as unexplained and as a
+    start the graph does not explain; the strict replay drops it, so the step replays ~74%
+    short and the kernel 2.95 ms early, and --strict fails on both."""
     trace = _late_kernel_trace(tmp_path / "late.json")
     code, out, err = cli("validate", trace)
+    assert code == 0, err
+    row = [ln.split() for ln in out.splitlines() if ln.split()[:2] == ["0", "1"]][0]
+    assert float(row[3]) == pytest.approx(4000.0)
+    assert float(row[6]) >= 2950.0 - 1e-6  # unexplained
+    assert "1 device events start more than 1000 us after every input" in out
+    code, out, err = cli("validate", trace, "--strict")
     assert code == 1
     row = [ln.split() for ln in out.splitlines() if ln.split()[:2] == ["0", "1"]][0]
-    assert float(row[2]) == pytest.approx(4000.0)
-    assert float(row[3]) < 0.6 * 4000.0
+    assert float(row[5].rstrip("%")) / 100 < -0.4
     assert row[-1] == "!"
-    assert "exceeds 2.000%" in err
+    assert "exceeds 2.000%" in err and "device-start p90 73.750%" in err
+    assert "strict device starts: |replayed - measured| median 73.750%" in out
 
 
 def test_threshold_is_honoured(cli, tmp_path):
     trace = _late_kernel_trace(tmp_path / "late.json")
-    code, _out, _err = cli("validate", trace, "--max-error", "60%")
+    code, _out, _err = cli("validate", trace, "--strict", "--max-error", "80%")
     assert code == 0
-    code, _out, _err = cli("validate", trace, "--max-error", "0.4")
-    assert code == 1
+    code, _out, _err = cli("validate", trace, "--strict", "--max-error", "0.6")
+    assert code == 1  # step and device start are both 73.75% off
+
+
+def test_json_reports_device_starts(cli, tmp_path):
+    trace = _late_kernel_trace(tmp_path / "late.json")
+    code, out, _err = cli("validate", trace, "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and d["passed"] is True
+    assert d["device_start"] == {"events": 1, "median_us": 0.0, "p90_us": 0.0, "median": 0.0,
+                                 "p90": 0.0}
+    assert d["strict_device_start"]["median_us"] == pytest.approx(2950.0)
+    assert d["device_starts_unexplained"] == 1 and d["strict_keeps_measured"]
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -15,10 +15,18 @@ from conftest import SAMPLES
 
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
-from replay.counterfactual import causal_profile, prepare
+from replay.counterfactual import candidate_groups, causal_profile, prepare
 from replay.diff import diff_traces, match_events
 from replay.run import as_trace, replay_events
-from replay.whatif import Change, WhatIf, _match_strings, apply_whatifs, parse_whatif, select
+from replay.whatif import (
+    Change,
+    WhatIf,
+    _match_strings,
+    apply_whatifs,
+    nested,
+    parse_whatif,
+    select,
+)
 
 CPU = SAMPLES / "torch_cpu_dlrm"      # 2 ranks, gloo, CPU-only
 GPU = SAMPLES / "synth" / "dcnv2_train_2rank"
@@ -281,3 +289,57 @@ def test_report_lists_the_whatifs(cli, tmp_path) -> None:
     code, out, err = cli("report", tmp_path / "r")
     assert code == 0, err
     assert "kind=gemm:x0.5" in out
+
+
+# ---- what a profile row selects ----------------------------------------------------------------
+
+def test_a_launch_call_selects_its_own_cost_not_its_kernels() -> None:
+    """`name=cudaLaunchKernel` is the calls' own time; their kernels are `launched_by=`."""
+    p = _prepared(str(GPU))
+    ev, g = p.events, p.graph
+    is_dev = ev.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
+    call = select(ev, g, parse_whatif("name=cudaLaunchKernel:x1"))
+    kernels = select(ev, g, parse_whatif("launched_by=cudaLaunchKernel:x1"))
+    assert call.any() and not is_dev[call].any()
+    assert kernels.any() and is_dev[kernels].all()
+    assert not is_dev[nested(ev, g, call)].any()
+    # inside a selected op, its launches come with it (aten::mm's GEMM kernel)
+    mm = nested(ev, g, select(ev, g, parse_whatif("name=aten::mm:x1")))
+    assert is_dev[mm].any()
+    # the call's own time is small next to its kernels': halving it gains little
+    own = p.predict([parse_whatif("name=cudaLaunchKernel:x0.5")])
+    ker = p.predict([parse_whatif("launched_by=cudaLaunchKernel:x0.5")])
+    base = p.step_mean()
+    assert base - own < 0.1 * (base - ker)
+
+
+def test_profile_labels_what_each_group_selects() -> None:
+    t = causal_profile(_prepared(str(GPU)), top=40).to_pylist()
+    by_group = {r["group"]: r for r in t}
+    assert by_group["launched_by=cudaLaunchKernel"]["selects"] == \
+        "kernels launched by cudaLaunchKernel"
+    assert "name=cudaLaunchKernel" not in by_group or \
+        by_group["name=cudaLaunchKernel"]["selects"] == "cudaLaunchKernel calls (own time)"
+    assert by_group.get("kind=runtime", {"selects": "runtime calls (own time, not their kernels)"}
+                        )["selects"] == "runtime calls (own time, not their kernels)"
+
+
+def test_profile_has_no_whole_rank_rows_on_one_rank() -> None:
+    one = SAMPLES / "synth" / "dcnv2_infer_1rank"
+    groups = candidate_groups(prepare(_events(str(one))))
+    assert not [s for d, s in groups if d == "rank"]
+    assert [s for d, s in candidate_groups(_prepared(str(GPU))) if d == "rank"] == \
+        ["rank=0", "rank=1"]
+
+
+def test_profile_skips_profiler_spans_as_scopes() -> None:
+    ev = _events(str(GPU))
+    names = ev.column("name").to_pylist()
+    kind = ev.column("kind").to_pylist()
+    i = next(i for i, k in enumerate(kind) if k == "annotation"
+             and not names[i].startswith("ProfilerStep"))
+    for span in ("__MTIA_CCP_events__ (-1)", "MTIA Activity Trace (-1)"):
+        renamed = ev.set_column(ev.schema.get_field_index("name"), "name",
+                                pa.array(names[:i] + [span] + names[i + 1:]))
+        groups = candidate_groups(prepare(renamed), ("scope",))
+        assert not [s for _, s in groups if "MTIA" in s], span

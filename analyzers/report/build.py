@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analyzers.report import figures as figs
 from analyzers.report import fmt
 from analyzers.report.document import (
     Block,
@@ -34,8 +33,10 @@ from analyzers.report.headline import (
     host_bound,
     host_split,
     per_rank_collectives,
+    verdict,
 )
 from analyzers.report.run_data import RunData
+from mtia_trace.escape import md_code
 from mtia_trace.run_meta import RunMeta
 from mtia_trace.schema import ATTRIBUTION
 
@@ -56,8 +57,9 @@ def spec_rows(meta: RunMeta) -> list[list[str]]:
 
     def walk(prefix: str, node: object) -> None:
         if isinstance(node, dict) and "value" in node:
-            rows.append([prefix, fmt.cell(node["value"]), str(node.get("unit", "")),
-                         _source(node.get("source", "")), str(node.get("confidence", ""))])
+            rows.append([prefix.removeprefix("values."), fmt.cell(node["value"]),
+                         str(node.get("unit", "")), str(node.get("source", "")),
+                         str(node.get("confidence", ""))])
         elif isinstance(node, dict):
             for k in node:
                 walk(f"{prefix}.{k}" if prefix else str(k), node[k])
@@ -71,11 +73,6 @@ def spec_rows(meta: RunMeta) -> list[list[str]]:
     if spec is not None:
         walk("", spec)
     return rows
-
-
-def _source(src: object) -> str:
-    text = str(src)
-    return text if len(text) <= 90 else text[:89] + "…"
 
 
 def flatten(node: object, prefix: str = "") -> list[list[str]]:
@@ -223,8 +220,8 @@ def _device_sentence(run: RunData, a: Attribution) -> str | None:
         return fmt.pct(float(np.sum(_np(rows, col))) / w)
 
     return (f"Devices busy **{share('busy_us')}** of the step wall time (any stream running: "
-            f"compute {share('compute_us')}, communication {share('comm_us')}, memory "
-            f"{share('memory_us')}), idle {share('idle_us')}, per stream in the device_time "
+            f"kernels {share('kernel_us')}, collectives {share('collective_us')}, copies "
+            f"{share('copy_us')}), idle {share('idle_us')}, per stream in the device_time "
             f"table; the critical path spends {fmt.pct(device_share(a))} of the step in device "
             "work and communication.")
 
@@ -249,32 +246,38 @@ def build_report(run: RunData, *, with_figures: bool = True,
     blocks += [Heading(2, "Headline"), Paragraph(_step_sentence(a))]
     if a.rank_steps == 0:
         blocks.append(Paragraph("The run has no steps; nothing to attribute."))
-    if host_bound(a):
-        blocks.append(Paragraph(
-            f"**Host-bound: the hardware does not change this step.** The critical path spends "
-            f"only {fmt.pct(device_share(a))} of the step in device work and communication; "
-            "any target gives about the same step time until the host side gets faster."))
+    if a.rank_steps:
+        blocks.append(Paragraph(verdict(run, a).sentence()))
     for text in (_device_sentence(run, a), collective_sentence(run, a)):
         if text:
             blocks.append(Paragraph(text))
+    warned = list(getattr(run.meta, "warnings", None) or [])
+    if warned:  # what the ingest found wrong with the trace: the numbers below depend on it
+        blocks += [Heading(3, f"Trace warnings ({len(warned)})"), Items(warned)]
     found = findings(run, a)
     if found:
         blocks += [Heading(3, "Top bottlenecks (shares of the step)"),
                    Items(_headline_items(found), ordered=True)]
     blocks += [Heading(3, "Where the time went"), attribution_table(a)]
     if with_figures:
+        # imported here for startup cost only: matplotlib takes ~1 s to import, and a report
+        # without figures (Markdown, JSON) never needs it
+        from analyzers.report import figures as figs
+
         tick("figures")
         png = figs.attribution_bars(run)
         if png:
             blocks.append(Figure("Step-time attribution per step and per rank.", png))
-        tl = figs.step_timeline(run)
-        if tl:
-            blocks.append(Figure(f"Replayed timeline of step {tl[1]} ({tl[2]}; a row per "
-                                 "thread / stream).", tl[0]))
+        # one picture of the step: the interactive timeline, the static one only without it
         data = figs.timeline_data(run)
         if data:
             blocks.append(Timeline(f"Interactive timeline of step {data['step']} "
                                    f"({data['selection']}).", data))
+        else:
+            tl = figs.step_timeline(run)
+            if tl:
+                blocks.append(Figure(f"Replayed timeline of step {tl[1]} ({tl[2]}; a row per "
+                                     "thread / stream).", tl[0]))
         png = figs.busy_vs_critical(run)
         if png:
             blocks.append(Figure("Busy vs critical-path time per component.", png))
@@ -301,10 +304,19 @@ def build_report(run: RunData, *, with_figures: bool = True,
 def _hardware_blocks(run: RunData) -> list[Block]:
     out: list[Block] = [Heading(2, "Hardware and assumptions")]
     rows = spec_rows(run.meta)
+    # the spec's own description (name, family, ...) is a sentence; its values are the table
+    about = [r for r in rows if "." not in r[0] and not r[3] and not r[4]]
+    rows = [r for r in rows if r not in about]
+    if about:
+        out.append(Paragraph("; ".join(f"{k}: {md_code(v) if k == 'overrides' and v else v}"
+                                       for k, v, *_ in about if v)))
     if rows:
         note = f"showing {MAX_SPEC_ROWS} of {len(rows)} parameters" if len(rows) > MAX_SPEC_ROWS else ""
-        out.append(Table(["parameter", "value", "unit", "source", "confidence"],
-                         rows[:MAX_SPEC_ROWS], ["l", "r", "l", "l", "l"], note))
+        cols = ["parameter", "value", "unit", "source", "confidence"]
+        keep = [i for i in range(5) if i != 2 or any(r[2] for r in rows)]  # no empty unit column
+        out.append(Table([cols[i] for i in keep], [[r[i] for i in keep] for r in rows[:MAX_SPEC_ROWS]],
+                         ["r" if i == 1 else "l" for i in keep], note,
+                         prose=(keep.index(3),)))
     else:
         out.append(Paragraph(f"Hardware **{run.hardware}**; run.json records no spec details."))
     opts = msgspec.to_builtins(run.meta.options)
@@ -316,6 +328,17 @@ def _hardware_blocks(run: RunData) -> list[Block]:
     elif a:
         out += [Heading(3, "Assumptions"), Table(["key", "value"], a, ["l", "l"])]
     return out
+
+
+def _verdict_dict(run: RunData, a: Attribution) -> dict | None:
+    if not a.rank_steps:
+        return None
+    v = verdict(run, a)
+    return {"label": v.label, "critical_share": v.critical, "devices_busy": v.devices_busy,
+            "max_queued": v.max_queued, "queue_full": v.queue_full,
+            "blocked_launches": v.blocked_launches, "thread_waits": v.thread_waits,
+            "conflicts": list(v.conflicts), "hardware_neutral": v.hardware_neutral,
+            "text": v.sentence()}
 
 
 def report_dict(run: RunData) -> dict:
@@ -330,6 +353,7 @@ def report_dict(run: RunData) -> dict:
         "hardware": run.hardware,
         "tool_version": run.meta.tool_version,
         "traces": run.meta.trace_names,
+        "warnings": list(getattr(run.meta, "warnings", None) or []),
         "ranks": a.ranks,
         "steps": a.steps,
         "step_time_us": {"mean": a.step_us, "min": a.step_min_us, "max": a.step_max_us,
@@ -339,8 +363,10 @@ def report_dict(run: RunData) -> dict:
         "busy_us_per_rank_step": a.busy_per_step_us,
         "costing": costing(run.meta),
         "host_bound": host_bound(a),
+        "verdict": _verdict_dict(run, a),
         "device_share_of_critical_path": device_share(a) if a.step_us > 0 else None,
-        "host_split_us_per_rank_step": {"ops": hs.ops_us, "untracked": hs.untracked_us},
+        "host_split_us_per_rank_step": {"ops": hs.ops_us, "unexplained": hs.untracked_us,
+                                        "wait": hs.wait_us},
         "rank_collectives_us_per_rank_step": per_rank_collectives(run),
         "bottlenecks": [{"key": f.key, "us_per_rank_step": f.us_per_step, "share": f.share,
                          "text": f.text, "hint": f.hint} for f in findings(run, a)[:3]],

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from analyzers.report import fmt
 from analyzers.report.document import Block, Heading, Items, Paragraph, Table
-from analyzers.report.headline import Attribution, attribution, findings, per_rank_collectives
+from analyzers.report.headline import (
+    Attribution,
+    attribution,
+    findings,
+    identical_reason,
+    per_rank_collectives,
+)
 from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import RunData
@@ -218,8 +224,7 @@ def compare_blocks(c: Comparison) -> list[Block]:
         Paragraph(verdict(c)),
         *([Paragraph("**Not like for like:**"), Items([w + "." for w in c.warnings])]
           if c.warnings else list[Block]()),
-        *([Paragraph(f"**{c.base.hardware} and {c.new.hardware} give the same step time "
-                     "(host-bound): the hardware does not change this step.**")]
+        *([Paragraph(f"**{identical_reason(c.base, [c.new])}.**")]
           if c.base.hardware != c.new.hardware and _same(c) else list[Block]()),
         Paragraph(f"Baseline **{a_name}** on {c.base.hardware}; new **{b_name}** on "
                   f"{c.new.hardware}. Values are µs per rank-step; the last column is the change "

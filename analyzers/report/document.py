@@ -33,6 +33,8 @@ class Table:
     align: list[Literal["l", "r"]] = field(default_factory=list)
     note: str = ""  # e.g. "showing 10 of 64 rows"
     legend: str = ""  # what the columns mean, one line (glossary.legend)
+    #: columns of prose (sources): wrapped by the reader, never clipped like long names
+    prose: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

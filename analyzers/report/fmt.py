@@ -82,6 +82,8 @@ def cell(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{value:,.0f}"
         if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
             return f"{value:.4g}"
         return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.1f}"

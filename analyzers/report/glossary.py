@@ -1,4 +1,11 @@
-"""One meaning per column name: the line every report prints under a table that uses it."""
+"""One meaning per word: the line every report prints under a table that uses a column, and
+the words of the attribution (docs/concepts.md's glossary is generated from `TERMS`).
+
+Every analyzer's ``*_us`` / ``*_pct`` column and every JSON key of a report is one of these
+words (tests/test_glossary.py checks it); a word never means two things (``fetch`` is the
+memory-bound part of an event's cost, so a stream busy with copies says ``copy``, not
+``memory``; a place in a sorted list says ``place``, not ``rank``, which is a process).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +33,42 @@ GLOSSARY: dict[str, str] = {
     "at_us": "start relative to the rank's step start",
     "total_us": "replayed step wall time",
     "measured_us": "step wall time measured in the trace",
-    "overlap_us": "time compute and communication ran at once",
+    "overlap_us": "time non-communication work and communication ran at once",
+    "kernel_us": "stream time of device kernels other than collectives and copies (embedding "
+                 "gathers included: they are kernels, though much of their cost is fetch)",
+    "collective_us": "collective (and point-to-point) transfer time",
+    "copy_us": "stream time of copies and memsets (memcpy, memset, DMA requests)",
+    "compute_us": "arithmetic-bound time of device work (the compute cost component)",
+    "host_us": "host-thread time on the critical path (ops, Python, launch and sync latency)",
+    "unexplained_us": "critical-path time no dependency and no modelled cost accounts for",
+    "critical_place": "the op's place when sorted by critical_us (1 = most)",
+    "busy_place": "the op's place when sorted by busy_us (1 = most)",
+    "times_last": "collectives of the run where this rank arrived last",
+}
+
+#: The words of the attribution and of the device view, one meaning each. The component words
+#: name the parts a step's critical path splits into (they add up to the step).
+TERMS: dict[str, str] = {
+    "compute": "the arithmetic-bound part of device work's cost (roofline: FLOPs / peak)",
+    "fetch": "the memory-bound part of any event's cost: HBM traffic, embedding gathers, copies, "
+             "DMA (roofline excess of bytes / bandwidth over the compute time)",
+    "collective": "moving a collective's or point-to-point transfer's data",
+    "peer_wait": "a ready rank waiting for the last peer to arrive at a collective",
+    "queue": "ready work waiting for a busy resource (message engines, links, a full device "
+             "queue)",
+    "retry": "retransmissions after packet loss",
+    "host": "host threads on the critical path: ops' own time, Python between ops, launch and "
+            "sync latency",
+    "idle": "nothing running on the rank's timelines",
+    "unexplained": "critical-path time no dependency and no modelled cost accounts for",
+    "kernel": "a device kernel that is neither a collective nor a copy (the device view: time "
+              "a stream ran it, whatever bound its cost)",
+    "copy": "a memcpy, memset or DMA request on a device stream",
+    "busy": "time work ran, overlapped with other work or not",
+    "critical": "time on the critical path: what the step waited for; sums to the step",
+    "rank": "a process of the distributed job (never a position in a sorted list: that is "
+            "'place')",
+    "place": "a position in a sorted list (1 = most)",
 }
 
 #: The components' meanings in the attribution tables (critical-path time per rank-step).

@@ -11,7 +11,9 @@ import pyarrow.compute as pc
 from analyzers import rank_collectives
 from analyzers.report import fmt
 from analyzers.report.run_data import RunData
-from mtia_trace.schema import ATTRIBUTION
+from mtia_trace.run_meta import AS_MEASURED
+from mtia_trace.schema import ATTRIBUTION, DEVICE_KINDS
+from replay.intervals import covered, union
 
 #: Plain-words name of each attribution component.
 WORDS: dict[str, str] = {
@@ -41,6 +43,8 @@ HINTS: dict[str, str] = {
     "host_untracked": "profile the host side (py-spy, record_function ranges around data loading "
                       "and Python between ops): the trace does not say what these gaps are",
     "idle": "look for data-loader stalls and host synchronizations between steps",
+    "host_wait": "look at what the waiting thread does after the work ends (CPU contention "
+                 "with other ranks and worker threads, descheduling)",
 }
 
 #: Findings smaller than this share of the step are not called bottlenecks.
@@ -93,7 +97,8 @@ def attribution(run: RunData) -> Attribution:
 
 @dataclass(frozen=True)
 class Finding:
-    key: str            # an ATTRIBUTION component, "host_untracked", "host_ops" or "straggler"
+    key: str            # an ATTRIBUTION component, "host_untracked", "host_wait", "host_ops"
+    #                     or "straggler"
     us_per_step: float  # critical-path microseconds per rank-step this finding explains
     share: float        # us_per_step / step time
     text: str           # one sentence with the numbers, shares always of the step
@@ -135,25 +140,37 @@ def _cap(text: str) -> str:
 
 @dataclass(frozen=True)
 class HostSplit:
-    """The critical path's host time, per rank-step: inside recorded ops, and everything else."""
+    """The critical path's host time, per rank-step: the own time of recorded ops (a leaf's run,
+    an op's self time), untracked gaps, and the rest (waits past a dependency's end: launch
+    latency, the return of a synchronize or ``work.wait()``)."""
 
     ops_us: float        # own time of host ops on the critical path
-    untracked_us: float  # host time no recorded op accounts for (gaps, launch / sync latency)
-    top_op: str | None   # the host op with most critical time
+    untracked_us: float  # gaps outside every recorded op: the steps' ``unexplained_us``
+    wait_us: float       # host time on the path after a dependency ended (launch / return lags)
+    top_op: str | None   # the host op with most critical own time
     top_op_us: float
 
 
 def host_split(run: RunData, a: Attribution) -> HostSplit:
-    crit = _critical(run)
     host = a.per_step_us["host"]
-    if crit.num_rows == 0 or a.rank_steps == 0 or "host_us" not in crit.column_names:
-        return HostSplit(0.0, host, None, 0.0)
+    untracked = (float(np.mean(_np(run.steps, "unexplained_us")))
+                 if a.rank_steps and "unexplained_us" in run.steps.column_names else 0.0)
+    crit = _critical(run)
+    if crit.num_rows == 0 or a.rank_steps == 0 or "critical_us" not in crit.column_names:
+        return HostSplit(0.0, untracked, max(host - untracked, 0.0), None, 0.0)
     ops = crit.filter(pc.invert(crit.column("is_device")))
-    v = _np(ops, "host_us").astype(float)
+    # the host part of each op's critical own time (a host op's own time is host cost, but a
+    # collective on a CPU worker thread is a transfer)
+    cost = np.zeros(ops.num_rows)
+    for c in ("compute", "fetch", "collective", "retry", "host"):
+        cost += _np(ops, f"{c}_us").astype(float)
+    hostf = np.divide(_np(ops, "host_us").astype(float), cost, out=np.zeros(len(cost)),
+                      where=cost > 0)
+    v = _np(ops, "critical_us").astype(float) * hostf
     ops_us = min(float(v.sum()) / a.rank_steps, host)
     key, top = _top_group(ops, ["name"], v)
-    return HostSplit(ops_us, max(host - ops_us, 0.0), str(key[0]) if key else None,
-                     top / a.rank_steps)
+    return HostSplit(ops_us, untracked, max(host - ops_us - untracked, 0.0),
+                     str(key[0]) if key else None, top / a.rank_steps)
 
 
 def _collective_text(run: RunData, a: Attribution) -> str:
@@ -238,6 +255,131 @@ def host_bound(a: Attribution) -> bool:
     return a.step_us > 0 and device_share(a) < HOST_BOUND_DEVICE_SHARE
 
 
+#: Measured devices busy more than this share of the step: the step is not host-bound on the
+#: measured hardware, whatever the critical path says.
+BUSY_DEVICE_SHARE = 0.5
+COMM_COMPONENTS = ("collective", "peer_wait", "queue", "retry")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The headline verdict: from the replay's critical path, checked against what the trace
+    measures before it is printed.
+
+    ``label``: ``host-bound``, ``device-bound`` or ``communication-bound`` (the largest of the
+    critical path's host, device-work and communication time), or ``unsettled`` when an
+    as-measured replay's critical path says host-bound while the trace measures devices busy
+    more than `BUSY_DEVICE_SHARE` of the step or a launch queue full: the replay then misses a
+    wait on the device, and no verdict is printed as settled. ``hardware_neutral``: the step is
+    host-bound with the critical path under `HOST_BOUND_DEVICE_SHARE` in device work and nothing
+    measured contradicts it, the only case where the report says the hardware does not change
+    the step."""
+
+    label: str
+    critical: dict[str, float]      # share of the step on the critical path: host, device, comm
+    devices_busy: float | None      # measured: any device stream running, share of step wall
+    max_queued: int | None          # measured: most launches outstanding on one stream
+    queue_full: bool                # measured: a launch queue filled (launch calls blocked)
+    blocked_launches: int
+    thread_waits: int               # cross-thread waits the graph inferred
+    conflicts: tuple[str, ...]      # measures that contradict the critical path
+    hardware_neutral: bool
+
+    def sentence(self) -> str:
+        crit = ", ".join(f"{k} {fmt.pct(v)}" for k, v in self.critical.items())
+        measured = []
+        if self.devices_busy is not None:
+            measured.append(f"devices busy {fmt.pct(self.devices_busy)} of the step")
+        if self.max_queued is not None:
+            measured.append(f"launch queue up to {self.max_queued:,} deep"
+                            + (f", {self.blocked_launches:,} launches blocked on a full queue"
+                               if self.queue_full else ""))
+        if self.thread_waits:
+            measured.append(f"{self.thread_waits:,} cross-thread waits")
+        seen = f" The trace measures {', '.join(measured)}." if measured else ""
+        if self.label == "unsettled":
+            return (f"**Verdict unsettled.** The replay's critical path is mostly host time "
+                    f"({crit}), but {' and '.join(self.conflicts)}: the host time is likely "
+                    "waiting on the devices in a way the dependency graph does not model (see "
+                    f"`mtia-trace validate --strict`), so it is not called host-bound.{seen}")
+        if self.hardware_neutral:
+            return (f"**Host-bound: the hardware does not change this step.** The critical path "
+                    f"spends only {fmt.pct(self.critical['device'] + self.critical['communication'])}"
+                    f" of the step in device work and communication ({crit}); any target gives "
+                    f"about the same step time until the host side gets faster.{seen}")
+        text = f"**{_cap(self.label)}** on the replay's critical path ({crit})."
+        if self.conflicts:
+            text += (f" On the measured hardware {' and '.join(self.conflicts)}: this target "
+                     "changes the step, the measured run was not host-bound.")
+        return text + seen
+
+
+def _measured_busy(run: RunData) -> float | None:
+    """Share of the measured step wall time (per rank and step, from the first to the last
+    measured event of the step) in which any device work ran; None without device work."""
+    ev = run.events
+    if ev.num_rows == 0:
+        return None
+    kind = _np(ev, "kind").astype(str)
+    dev = _np(ev, "is_device").astype(bool) & np.isin(kind, DEVICE_KINDS)
+    if not dev.any():
+        return None
+    rank, step = _np(ev, "rank"), _np(ev, "step")
+    ts = _np(ev, "ts_us").astype(float)
+    end = ts + np.nan_to_num(_np(ev, "dur_us").astype(float))
+    busy = window = 0.0
+    for r in np.unique(rank):  # ranks: few
+        mine = rank == r
+        seg_s, seg_e = union(ts[mine & dev], end[mine & dev])
+        st = step[mine]
+        inside = st >= 0
+        if not inside.any():
+            continue
+        keys, inv = np.unique(st[inside], return_inverse=True)
+        lo = np.full(len(keys), np.inf)
+        hi = np.full(len(keys), -np.inf)
+        np.minimum.at(lo, inv, ts[mine][inside])
+        np.maximum.at(hi, inv, end[mine][inside])
+        busy += float(covered(seg_s, seg_e, lo, hi).sum())
+        window += float((hi - lo).sum())
+    return busy / window if window > 0 else None
+
+
+def verdict(run: RunData, a: Attribution | None = None) -> Verdict:
+    """The checked verdict (`Verdict`)."""
+    a = a or attribution(run)
+    step = a.step_us if a.step_us > 0 else float("nan")
+    dev = sum(a.per_step_us[c] for c in ("compute", "fetch"))
+    comm = sum(a.per_step_us[c] for c in COMM_COMPONENTS)
+    host = a.per_step_us["host"] + a.per_step_us["idle"]
+    critical = {"host": host / step, "device": dev / step, "communication": comm / step}
+    label = max(("host-bound", host), ("device-bound", dev), ("communication-bound", comm),
+                key=lambda kv: kv[1])[0]
+    notes = (run.meta.assumptions.model or {}) if run.meta.assumptions else {}
+    lq = notes.get("launch_queue") or {}
+    max_q = int(lq["outstanding_max"]) if lq.get("outstanding_max") else None
+    blocked = int(lq.get("blocked_launches") or 0)
+    full = bool(lq.get("streams_full")) and blocked > 0
+    busy = _measured_busy(run)
+    thread = 0
+    if run.edges.num_rows and "type" in run.edges.column_names:
+        thread = int(pc.sum(pc.equal(run.edges.column("type"), "thread")).as_py() or 0)
+    conflicts = []
+    if busy is not None and busy > BUSY_DEVICE_SHARE:
+        conflicts.append(f"the trace measures devices busy {fmt.pct(busy)} of the step")
+    if full:
+        conflicts.append(f"a launch queue filled ({blocked:,} launch calls blocked)")
+    as_measured = run.meta.hardware == AS_MEASURED
+    if label != "host-bound":
+        conflicts = []
+    elif conflicts and as_measured:
+        label = "unsettled"
+    neutral = (label == "host-bound" and not conflicts and a.step_us > 0
+               and device_share(a) < HOST_BOUND_DEVICE_SHARE)
+    return Verdict(label, critical, busy, max_q, full, blocked, thread, tuple(conflicts),
+                   neutral)
+
+
 def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
     """Every candidate bottleneck above `MIN_SHARE` of the step, largest first."""
     a = a or attribution(run)
@@ -254,9 +396,15 @@ def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:
             if h.untracked_us / a.step_us >= MIN_SHARE:
                 out.append(Finding(
                     "host_untracked", h.untracked_us, h.untracked_us / a.step_us,
-                    f"Untracked host time is {_of_step(h.untracked_us, a)}: host threads on "
-                    "the critical path outside every recorded op (Python, data loading, waits "
-                    "the trace does not record; launch and sync latency)", HINTS["host_untracked"]))
+                    f"Unexplained time is {_of_step(h.untracked_us, a)}: gaps on the critical "
+                    "path outside every recorded op that no dependency explains (Python, data "
+                    "loading, waits the trace does not record)", HINTS["host_untracked"]))
+            if h.wait_us / a.step_us >= MIN_SHARE:
+                out.append(Finding(
+                    "host_wait", h.wait_us, h.wait_us / a.step_us,
+                    f"Host waits past a dependency's end are {_of_step(h.wait_us, a)}: launch "
+                    "latency and the time a synchronize or collective wait took to return "
+                    "after the work it waited on ended", HINTS["host_wait"]))
             if h.ops_us / a.step_us >= MIN_SHARE:
                 text = f"Host ops on the critical path are {_of_step(h.ops_us, a)}"
                 if h.top_op:
@@ -308,3 +456,36 @@ def collective_sentence(run: RunData, a: Attribution) -> str | None:
 
 def top_bottlenecks(run: RunData, n: int = 3) -> list[Finding]:
     return findings(run)[:n]
+
+
+#: Costing fell back when events with flops/bytes cover less than this share of device-work time.
+PRICED_MIN_SHARE = 0.5
+
+
+def identical_reason(run: RunData, others: list[RunData]) -> str:
+    """Why ``run`` and ``others`` (the same trace on other targets) give identical results, in
+    one sentence: roofline costing fell back to measured durations (priced work under
+    `PRICED_MIN_SHARE` of device time), else the checked verdict."""
+    names = " and ".join(r.hardware for r in [run, *others])
+    notes = [(r.meta.assumptions.model or {}) if r.meta.assumptions else {}
+             for r in [run, *others]]
+    # roofline prices only events with flops/bytes; the rest keep their measured durations
+    fracs = [float(n["priced_work_time_fraction"]) for n in notes
+             if n.get("mode") == "roofline" and n.get("priced_work_time_fraction") is not None]
+    if fracs and min(fracs) < PRICED_MIN_SHARE:
+        return (f"{names} give identical step times and attribution because costing fell back: "
+                f"events with flops/bytes cover only {fmt.pct(min(fracs))} of device-work time "
+                f"(under {fmt.pct(PRICED_MIN_SHARE)}), and in roofline mode the rest keeps its "
+                "measured duration on every target. To compare targets, name the hardware the "
+                "trace was measured on (--source-hw NAME: --mode auto then scales measured "
+                "times), use --mode scaled with it, or add a spec for that device "
+                "(mtia-trace hw show)")
+    v = verdict(run)
+    if v.hardware_neutral:
+        return (f"{names} give identical step times and attribution: the step is host-bound, "
+                "the hardware does not change it (see `mtia-trace report` for where the host "
+                "time goes)")
+    why = (" and ".join(v.conflicts) if v.conflicts else
+           f"the critical path is {fmt.pct(v.critical['host'])} host time")
+    return (f"{names} give identical step times and attribution, but {why}: the replay likely "
+            "misses a wait on the devices (check `mtia-trace validate --strict`)")

@@ -63,6 +63,69 @@ def _track_ids(events: pa.Table) -> tuple[np.ndarray, list[tuple[int, str, int, 
     return tid, tracks
 
 
+#: Thread id offset of a thread's extra lanes (lane k of thread t is ``k * LANE + t``).
+LANE = 100_000
+
+
+def nesting_lanes(events: pa.Table, tid: np.ndarray) -> np.ndarray:
+    """Thread id per event with the slices of each thread nesting: a slice that starts inside
+    another and ends after it (a trace records such spans: an MTIA ``hccl:all_to_all`` host
+    span runs 2.5 s past the ``c10d::alltoall_base_`` it began in) moves to the thread's next
+    lane where it nests, shown as its own track under the thread."""
+    out = tid.copy()
+    x = np.flatnonzero(_np(events, "ph") == "X")
+    if not len(x):
+        return out
+    rank = _np(events, "rank")[x]
+    start, end = _np(events, "start_us")[x], _np(events, "end_us")[x]
+    order = np.lexsort((-end, start, tid[x], rank))
+    eps = 1e-9
+    key = None
+    stacks: list[list[float]] = []
+    for j in order.tolist():  # one pass; the inner loop runs over a thread's few lanes
+        k = (int(rank[j]), int(tid[x[j]]))
+        if k != key:
+            key, stacks = k, []
+        s, e = float(start[j]), float(end[j])
+        lane = 0
+        while True:
+            if lane == len(stacks):
+                stacks.append([])
+            st = stacks[lane]
+            while st and s >= st[-1] - eps:
+                st.pop()
+            if not st or e <= st[-1] + eps:
+                st.append(e)
+                break
+            lane += 1
+        out[x[j]] = k[1] + LANE * lane
+    return out
+
+
+def _lane_metadata(tracks: list[tuple[int, str, int, bool]], tid: np.ndarray,
+                   rank: np.ndarray) -> list[dict]:
+    """Names of the extra lanes `nesting_lanes` opened, next to their thread."""
+    label = {(r, t): (track, d) for r, track, t, d in tracks}
+    out = []
+    for r, t in sorted({(int(a), int(b)) for a, b in zip(rank.tolist(), tid.tolist())
+                        if b >= LANE}):
+        base, lane = t % LANE, t // LANE
+        track, dev = label[(r, base)]
+        out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": t,
+                    "args": {"name": f"{_label(track, dev)} (overlapping spans {lane})"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": t,
+                    "args": {"sort_index": base + (1000 if dev else 0)}})
+    return out
+
+
+def _label(track: str, is_dev: bool) -> str:
+    label = track.replace("dev:", "device ").replace("host:", "host ")
+    if is_dev:
+        parts = track.split(":")
+        label = f"device {parts[1]} stream {parts[2]}" if len(parts) == 3 else label
+    return label
+
+
 def _metadata(tracks: list[tuple[int, str, int, bool]]) -> list[dict]:
     out: list[dict] = []
     for r in sorted({t[0] for t in tracks}):
@@ -71,12 +134,8 @@ def _metadata(tracks: list[tuple[int, str, int, bool]]) -> list[dict]:
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
                     "args": {"sort_index": r}})
     for r, track, tid, is_dev in tracks:
-        label = track.replace("dev:", "device ").replace("host:", "host ")
-        if is_dev:
-            parts = track.split(":")
-            label = f"device {parts[1]} stream {parts[2]}" if len(parts) == 3 else label
         out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
-                    "args": {"name": label}})
+                    "args": {"name": _label(track, is_dev)}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": tid,
                     "args": {"sort_index": tid + (1000 if is_dev else 0)}})
     return out
@@ -245,9 +304,11 @@ def perfetto_trace(run: RunData) -> dict:
     """The Chrome-trace document for ``run``."""
     events = run.events
     tid, tracks = _track_ids(events)
+    tid = nesting_lanes(events, tid)
     doc: dict[str, object] = {
         "displayTimeUnit": "ms",
-        "traceEvents": (_metadata(tracks) + _slices(events, tid) + _flows(events, run.edges, tid)
+        "traceEvents": (_metadata(tracks) + _lane_metadata(tracks, tid, _np(events, "rank"))
+                        + _slices(events, tid) + _flows(events, run.edges, tid)
                         + _counters(events) + _critical_track(events)),
         "otherData": {"producer": "mtia-trace export", "run": run.name,
                       "hardware": run.hardware, "times": "replayed"},

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import orjson
 
 from analyzers.report.document import Block, Figure, Heading, Items, Paragraph, Table, Timeline
+from mtia_trace.escape import script_json
 
 _CSS = """
 body{font:15px/1.5 -apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2330;
@@ -61,6 +62,8 @@ def _table(t: Table) -> str:
 
 #: The interactive timeline: SVG rectangles drawn from the embedded JSON; wheel zooms around the
 #: pointer, drag pans, double-click resets, hovering shows the event. No libraries, no network.
+#: The rectangles are made once; a zoom or pan moves them (at most once per animation frame),
+#: it does not rebuild the SVG.
 _TIMELINE_JS = """
 (function(){
 const box=document.currentScript.previousElementSibling;
@@ -75,21 +78,24 @@ d.rows.forEach(function(r,i){const t=document.createElementNS(NS,'text');t.setAt
 svg.appendChild(g);const ax=document.createElementNS(NS,'text');ax.setAttribute('x',L);
 ax.setAttribute('y',H-8);ax.setAttribute('class','lab');svg.appendChild(ax);
 function f(v){return (v/d.scale).toFixed(3)+' '+d.unit;}
-function draw(){g.textContent='';const sc=(W-L)/(x1-x0);
- for(let i=0;i<d.start.length;i++){const a=d.start[i],b=a+d.dur[i];if(b<x0||a>x1)continue;
-  const r=document.createElementNS(NS,'rect');const s=Math.max(a,x0),e=Math.min(b,x1);
-  r.setAttribute('x',L+(s-x0)*sc);r.setAttribute('width',Math.max((e-s)*sc,0.6));
-  const h=d.kind[i]==='host'?RH*0.5:RH*0.72;r.setAttribute('y',d.row[i]*RH+(RH-h)/2);
-  r.setAttribute('height',h);r.setAttribute('fill',d.colors[d.kind[i]]||'#34495e');
-  if(d.critical[i])r.setAttribute('stroke','#111');r.dataset.i=i;g.appendChild(r);}
+const rs=[];for(let i=0;i<d.start.length;i++){const r=document.createElementNS(NS,'rect');
+ const h=d.kind[i]==='host'?RH*0.5:RH*0.72;r.setAttribute('y',d.row[i]*RH+(RH-h)/2);
+ r.setAttribute('height',h);r.setAttribute('fill',d.colors[d.kind[i]]||'#34495e');
+ if(d.critical[i])r.setAttribute('stroke','#111');r.dataset.i=i;g.appendChild(r);rs.push(r);}
+let queued=false;function redraw(){if(!queued){queued=true;requestAnimationFrame(function(){queued=false;draw();});}}
+function draw(){const sc=(W-L)/(x1-x0);
+ for(let i=0;i<rs.length;i++){const a=d.start[i],b=a+d.dur[i],r=rs[i];
+  if(b<x0||a>x1){if(r.style.display!=='none')r.style.display='none';continue;}
+  const s=Math.max(a,x0),e=Math.min(b,x1);r.style.display='';
+  r.setAttribute('x',L+(s-x0)*sc);r.setAttribute('width',Math.max((e-s)*sc,0.6));}
  ax.textContent=f(x0)+' to '+f(x1)+' since the start of step '+d.step+
   ' (wheel: zoom, drag: pan, double-click: reset; outlined: on the critical path)';}
 function at(ev){const p=svg.getBoundingClientRect();return x0+((ev.clientX-p.left)*W/p.width-L)*(x1-x0)/(W-L);}
 svg.addEventListener('wheel',function(ev){ev.preventDefault();const c=at(ev),k=ev.deltaY>0?1.25:0.8;
- x0=c-(c-x0)*k;x1=c+(x1-c)*k;draw();},{passive:false});
+ x0=c-(c-x0)*k;x1=c+(x1-c)*k;redraw();},{passive:false});
 let drag=null;svg.addEventListener('mousedown',function(ev){drag=at(ev);});
 window.addEventListener('mouseup',function(){drag=null;});
-svg.addEventListener('mousemove',function(ev){if(drag!==null){const dx=drag-at(ev);x0+=dx;x1+=dx;draw();}
+svg.addEventListener('mousemove',function(ev){if(drag!==null){const dx=drag-at(ev);x0+=dx;x1+=dx;redraw();}
  const i=ev.target.dataset?ev.target.dataset.i:undefined;
  if(i===undefined){tip.style.display='none';return;}
  tip.textContent=d.name[i]+' · '+d.kind[i]+' · '+f(d.dur[i])+' at '+f(d.start[i])+
@@ -102,7 +108,7 @@ draw();svg.setAttribute('data-ready','1');
 
 
 def _timeline(t: Timeline) -> str:
-    data = orjson.dumps(t.data).decode().replace("</", "<\\/")
+    data = script_json(orjson.dumps(t.data).decode())
     return (f'<figure class="tl"><div class="tlbox"><svg role="img" aria-label="interactive '
             f'timeline"></svg><div class="tip"></div><script type="application/json">{data}'
             f"</script></div><script>{_TIMELINE_JS}</script>"

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from analyzers import ANALYZERS
 from mtia_trace import storage
-from mtia_trace.run_meta import AS_MEASURED, RunMeta
+from mtia_trace.run_meta import AS_MEASURED, Assumptions, RunMeta
 from mtia_trace.runs import connect
 
 
@@ -31,9 +31,9 @@ class RunData:
         return self.meta.hardware
 
 
-def _analyzer_tables(run: storage.Run) -> dict[str, pa.Table]:
-    """Every registered analyzer's table over ``run``; empty when analyzers aren't available."""
-    con = connect([run])
+def _analyzer_tables(run: storage.Run, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """Every registered analyzer's table over ``run``, whose ``tables`` are already read."""
+    con = connect([run], loaded=[tables])
     try:
         return {name: mod.run(con) for name, mod in ANALYZERS.items()}
     finally:
@@ -45,12 +45,13 @@ def load_run(path: str | Path, *, analyses: bool = True) -> RunData:
     run = storage.open_run(path)
     tables = {name: run.read(name) for name in storage.TABLES}
     return RunData(name=run.name, meta=run.meta, path=run.path,
-                   analyses=_analyzer_tables(run) if analyses else {}, **tables)
+                   analyses=_analyzer_tables(run, tables) if analyses else {}, **tables)
 
 
 def run_from_result(result: object, *, name: str, meta: RunMeta | None = None) -> RunData:
     """A `RunData` from an in-memory `replay.result.ReplayResult` (no analyzers)."""
     if meta is None:
-        meta = RunMeta(hardware=str(getattr(result, "hardware", AS_MEASURED)))
+        meta = RunMeta(hardware=str(getattr(result, "hardware", AS_MEASURED)),
+                       assumptions=Assumptions(model=dict(getattr(result, "notes", {}) or {})))
     return RunData(name=name, meta=meta,
                    **{t: getattr(result, t) for t in storage.TABLES})

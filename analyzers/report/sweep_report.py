@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzers.report import figures as figs
 from analyzers.report import fmt
 from analyzers.report.document import Block, Figure, Heading, Paragraph, Table
 from mtia_trace.errors import RunNotFoundError
@@ -65,6 +64,9 @@ def build_sweep_report(table: pa.Table, name: str, *, with_figures: bool = True)
                 f"{fmt.us(step[worst])} µs at {where(worst)} "
                 f"({fmt.ratio(step[worst] / step[best])} slower)."))
     if with_figures:
+        # imported here for startup cost only (matplotlib), as in `build.build_report`
+        from analyzers.report import figures as figs
+
         png = figs.sweep_figure(table, axes)
         if png:
             blocks.append(Figure("Step time over the swept parameters.", png))

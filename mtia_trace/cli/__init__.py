@@ -1,8 +1,8 @@
 """The `mtia-trace` command line: a thin shell over the library, one module per command.
 
 `main` is the only place that catches `MtiaTraceError`: it prints one line to stderr and returns
-the error's exit code. Ctrl-C prints one line and exits 130. Any other exception is a bug and
-keeps its traceback.
+the error's exit code. Ctrl-C prints one line and exits 130; running out of memory or disk
+space prints one line and exits 2. Any other exception is a bug and keeps its traceback.
 
 Commands are registered lazily: `COMMANDS` names each command's module, which is imported only
 when that command runs (or its own `--help` is asked for). `mtia-trace --help` and `--version`
@@ -12,6 +12,7 @@ import none of them, so they do not pay for pyarrow, DuckDB, pandas or matplotli
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 
 from mtia_trace import __version__
 from mtia_trace.errors import MtiaTraceError
+from mtia_trace.escape import TerminalStream
 
 #: Every command, in the order `--help` lists them: (name, module in `mtia_trace.cli`, attribute,
 #: summary). The attribute is a command function or a `typer.Typer` sub-app. The summary is the
@@ -70,11 +72,22 @@ def _plain_metavar(param: Any, ctx: Any) -> None:
         if param.metavar is None and param.nargs == 1:
             param.metavar = param.name.upper()
         param.display_type_rich = _no_type  # type: ignore[method-assign]
+        param._usage_display_name = lambda p=param: _usage_name(p)  # type: ignore[method-assign,misc]
         return
     if param.metavar is None:
         kind = shown.strip("<>").removesuffix(" range").removeprefix("list[").rstrip("]")
         param.metavar = {"int": "N", "float": "X", "path": "PATH", "Path": "PATH"}.get(
             kind, param.name.upper())
+
+
+def _usage_name(param: Any) -> str:
+    """An argument in the usage line as Unix usage writes it: ``TRACE``, ``[NAME]...`` (typer
+    puts required ones in braces, ``{TRACE}``, which reads as literal braces)."""
+    name = str(param.display_name_raw)
+    if param.metavar is not None and (" " in name or "[" in name or name.endswith("...")):
+        return name  # a metavar that spells out its own shape
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 and not name.endswith("...") else "")
 
 
 def _plain_metavars(cmd: Any) -> None:
@@ -88,7 +101,8 @@ def _plain_metavars(cmd: Any) -> None:
 def load_command(name: str) -> Any:
     """Import the module of command `name` and build its click command."""
     _, module, attr, _ = next(c for c in COMMANDS if c[0] == name)
-    target = getattr(importlib.import_module(f"mtia_trace.cli.{module}"), attr)
+    mod = importlib.import_module(f"mtia_trace.cli.{module}")
+    target = getattr(mod, attr)
     if isinstance(target, typer.Typer):
         cmd = typer.main.get_command(target)
     else:
@@ -96,6 +110,7 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         cmd = typer.main.get_command(single)
     cmd.name = name
+    cmd.context_settings.update(getattr(mod, "CONTEXT_SETTINGS", {}))
     _plain_metavars(cmd)
     return cmd
 
@@ -175,6 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line; Ctrl-C
     (typer turns it into exit 130) as one line too.
     """
+    saved = sys.stdout, sys.stderr
+    for name in ("stdout", "stderr"):  # no name from a trace reaches a terminal raw
+        stream = getattr(sys, name)
+        isatty = getattr(stream, "isatty", None)
+        if isatty is not None and isatty() and not isinstance(stream, TerminalStream):
+            setattr(sys, name, TerminalStream(stream))
+    try:
+        return _run(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         app(args=argv, prog_name="mtia-trace")
     except KeyboardInterrupt:  # raised outside typer's own handling (e.g. while it starts)
@@ -191,4 +219,32 @@ def main(argv: list[str] | None = None) -> int:
     except MtiaTraceError as exc:
         typer.echo(f"mtia-trace: error: {exc}", err=True)
         return exc.exit_code
+    except MemoryError:
+        typer.echo(f"mtia-trace: error: {OUT_OF_MEMORY}", err=True)
+        return 2
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        typer.echo(f"mtia-trace: error: {where}{DISK_FULL}", err=True)
+        return 2
     return 0
+
+
+#: The one line a `MemoryError` anywhere prints.
+OUT_OF_MEMORY = ("out of memory; nothing was written. Free memory, raise the process's memory "
+                 "limit, or give a smaller input (fewer ranks or steps)")
+#: The one line a full disk (or quota) prints; writers leave nothing half-written behind.
+DISK_FULL = ("no space left on device (or disk quota exceeded); nothing was written. Free "
+             "space or write to another disk")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full; pyarrow's errors carry the
+    errno only in their text."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "Disk quota exceeded" in text

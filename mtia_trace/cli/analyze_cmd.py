@@ -47,10 +47,10 @@ def analyze(
         for name, t in tables.items():
             emit(t, fmt, out / f"{name}.parquet", force=force)
         return
-    if len(tables) == 1:
+    if len(tables) == 1 and fmt is not Format.json:
         emit(next(iter(tables.values())), fmt, out, max_rows=MAX_ROWS, force=force)
         return
-    if fmt is Format.json:
+    if fmt is Format.json:  # one shape for one analyzer or several: {name: rows}
         text = orjson.dumps({n: t.to_pylist() for n, t in tables.items()},
                             option=orjson.OPT_INDENT_2, default=str).decode() + "\n"
     else:

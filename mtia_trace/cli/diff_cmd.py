@@ -10,8 +10,9 @@ import pyarrow as pa
 import typer
 
 from mtia_trace.cli.options import OLD_FORMAT_SHORT
-from mtia_trace.cli.output import render_table
+from mtia_trace.cli.output import render_markdown, render_table
 from mtia_trace.cli.report_cmd import write_output
+from mtia_trace.escape import md_code
 from mtia_trace.progress import Progress
 from mtia_trace.whatif_job import diff_trace_files
 from replay.diff import DiffResult
@@ -22,23 +23,41 @@ MAX_UNMATCHED = 8
 
 class DiffFormat(str, Enum):
     text = "text"
+    md = "md"
     json = "json"
 
 
-def render_diff(r: DiffResult, base: Path, new: Path) -> str:
-    lines = [f"BASE {base}", f"NEW  {new}", ""]
+def render_diff(r: DiffResult, base: Path, new: Path, *, md: bool = False) -> str:
+    """The diff as text for a terminal, or as Markdown for a PR (``md``: names inert)."""
+    table = (lambda t: render_markdown(t)) if md else render_table  # noqa: E731
+    lines = ([f"BASE {md_code(str(base))}", "", f"NEW {md_code(str(new))}", ""] if md
+             else [f"BASE {base}", f"NEW  {new}", ""])
     summary = pa.table({
         "": ["measured BASE", "replayed BASE", "measured NEW", "predicted NEW", "error"],
         "mean step (us)": [f"{r.base_step_us:,.1f}", f"{r.base_replayed_us:,.1f}",
                            f"{r.new_step_us:,.1f}", f"{r.predicted_step_us:,.1f}",
                            f"{r.error:+.1%}"],
     })
-    lines.append(render_table(summary).rstrip("\n"))
+    lines.append(table(summary).rstrip("\n"))
+    lines.append("")
+    if r.predicted_steps:
+        per = pa.table({
+            "step": [str(i) for i in range(len(r.predicted_steps))],
+            "measured BASE (us)": [f"{v:,.1f}" for v in r.base_steps],
+            "measured NEW (us)": [f"{v:,.1f}" for v in r.new_steps],
+            "predicted NEW (us)": [f"{v:,.1f}" for v in r.predicted_steps],
+            "error": [f"{e:+.1%}" for e in r.step_errors],
+        })
+        lines.append("per step (k-th step of BASE with the k-th of NEW, mean over ranks)")
+        lines.append(render_table(per).rstrip("\n"))
+        lines.append("")
+    lines.append(noise_line(r))
     lines.append("")
     lines.append(f"matched {r.matched:,} events ({r.matched_fraction:.1%} of both traces)")
     for side, um in (("BASE", r.unmatched_base), ("NEW", r.unmatched_new)):
         if um:
-            top = ", ".join(f"{n} x{c}" for n, c in um.most_common(MAX_UNMATCHED))
+            top = ", ".join(f"{md_code(n) if md else n} x{c}"
+                            for n, c in um.most_common(MAX_UNMATCHED))
             more = f" (+{len(um) - MAX_UNMATCHED} more names)" if len(um) > MAX_UNMATCHED else ""
             lines.append(f"unmatched in {side}: {sum(um.values())} events: {top}{more}")
     lines.append("")
@@ -48,8 +67,27 @@ def render_diff(r: DiffResult, base: Path, new: Path) -> str:
                  "the parts add up to the predicted change)")
     contrib = pa.table({"group": [g for g, _ in r.contributions],
                         "delta_us": [d for _, d in r.contributions]})
-    lines.append(render_table(contrib).rstrip("\n"))
+    lines += [""] if md else []
+    lines.append(table(contrib).rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def noise_line(r: DiffResult) -> str:
+    """The measured step-to-step spread of both runs, and whether the predicted change is
+    within it."""
+    def pct(us: float, of: float) -> str:
+        return f"{us / of:.1%}" if of else "-"
+
+    text = (f"step-to-step spread (standard deviation over steps): BASE {r.base_spread_us:,.1f} us "
+            f"({pct(r.base_spread_us, r.base_step_us)}), NEW {r.new_spread_us:,.1f} us "
+            f"({pct(r.new_spread_us, r.new_step_us)})")
+    if r.noise_us <= 0:
+        return text + "; too few steps to say what is noise"
+    change = r.predicted_step_us - r.base_replayed_us
+    verdict = ("within the measured noise: these runs cannot tell it from no change"
+               if r.change_within_noise else "beyond the measured noise")
+    return (f"{text}; the predicted change {change:+,.1f} us is {verdict} "
+            f"(±{r.noise_us:,.1f} us, two standard errors of the difference of the mean steps)")
 
 
 def diff(
@@ -68,10 +106,12 @@ def diff(
     """Causal diff of two traces of the same program (a regression, a config change).
 
     Matches events (per rank, step and track, by name sequence; collectives by group and
-    sequence number), replays BASE's graph (its dependencies, gaps between regions, ready lags
-    and waits) with NEW's durations of the matched work (ops and their self time, kernels, the
-    transfer part of collectives), and prints measured BASE, measured NEW, predicted NEW and
-    the error, then the predicted change attributed to groups. Traces of different programs are
+    sequence number), replays BASE's graph (its dependencies, ready lags and waits) with NEW's
+    durations of the matched work (ops and their self time, kernels, the transfer part of
+    collectives) and NEW's gaps where NEW has the same gap, and prints measured BASE, measured
+    NEW, predicted NEW and the error, per step too, the measured step-to-step spread of both runs
+    (and whether the predicted change is within it), then the predicted change attributed to
+    groups. Traces of different programs are
     refused (exit 2). --format json prints one object (base_step_us, new_step_us,
     predicted_step_us, error, matched_fraction, contributions, ...).
 
@@ -83,5 +123,5 @@ def diff(
     if fmt is DiffFormat.json:
         text = (orjson.dumps(r.to_dict(), option=orjson.OPT_INDENT_2) + b"\n").decode()
     else:
-        text = render_diff(r, base, new)
+        text = render_diff(r, base, new, md=fmt is DiffFormat.md)
     write_output(text, output, force=force)

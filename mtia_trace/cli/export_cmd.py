@@ -35,3 +35,5 @@ def export(
         data = load_run(run, analyses=False)
         p.update("writing")
         write_perfetto(data, perfetto, force=force)
+    if not quiet:
+        typer.echo(f"timeline written to {perfetto} (open it at ui.perfetto.dev)", err=True)

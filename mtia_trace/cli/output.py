@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import shutil
 import sys
 from enum import Enum
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
 
+from analyzers.report import fmt
 from analyzers.report.fmt import NOISE_US
 from mtia_trace.destinations import write_file, write_with
 from mtia_trace.errors import UsageError
+from mtia_trace.escape import md_cell, terminal
 
 
 class Format(str, Enum):
@@ -59,6 +68,7 @@ NOISE = 1e-9
 
 
 def _cell(value: object, noise: float = NOISE) -> str:
+    """One value as text, on its own (CSV-like; tables format whole columns, `_column`)."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -80,14 +90,76 @@ def _clip(text: str, width: int | None) -> str:
     return text if width is None or len(text) <= width else text[:width - 1] + "…"
 
 
-def _cells(table: pa.Table, max_rows: int | None,
-           width: int | None = None) -> tuple[list[list[str]], int]:
+def _is_bytes(name: str) -> bool:
+    return name == "bytes" or name.endswith("_bytes") or name.startswith("bytes_")
+
+
+def _decimals(top: float) -> int:
+    """Decimals that show a column whose largest value is ``top`` to three or four digits."""
+    if 0 < top < 1:  # 0.848, 0.00374 (a few us in a table of milliseconds)
+        return min(6, 2 - math.floor(math.log10(top)))
+    return 3 if top < 10 else 2 if top < 100 else 1 if top < 1e5 else 0
+
+
+def _unit(table: pa.Table) -> tuple[float, str]:
+    """(scale, suffix) of the table's durations (``*_us`` columns): one unit for all of them
+    (parts that add up to a step read in the step's unit), the largest that the longest
+    duration fills: ``s`` for 13-second steps, ``ms``, else ``us``."""
+    top = 0.0
+    for f, c in zip(table.schema, table.columns, strict=True):
+        if f.name.endswith("_us") and pa.types.is_floating(f.type) and len(c):
+            m = pc.max(pc.abs(c)).as_py()
+            top = max(top, m if m is not None and not math.isnan(m) else 0.0)
+    for unit, k in (("s", 1e6), ("ms", 1e3)):
+        if top >= k:
+            return k, unit
+    return 1.0, "us"
+
+
+def _column(name: str, typ: pa.DataType, values: list,
+            unit: tuple[float, str] = (1.0, "us")) -> tuple[str, list[str]]:
+    """(header, cells) of one column, formatted as a whole: durations (``*_us``) in the table's
+    unit (`_unit`: ``step_s`` for 13-second steps), every cell with the same decimals (so they
+    align); bytes with their unit (``10.7 MB``); counts with separators; float noise as 0; text
+    with controls shown escaped (`mtia_trace.escape.terminal`)."""
+    if pa.types.is_integer(typ):
+        return name, ["" if v is None else f"{v:,}" for v in values]
+    if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        vals = [None if v is None else float(v) for v in values]
+        if _is_bytes(name):
+            return name, ["" if v is None else "nan" if math.isnan(v) else fmt.nbytes(v)
+                          for v in vals]
+        dur = name.endswith("_us")
+        noise = NOISE_US if dur else NOISE
+        real = [abs(v) for v in vals if v is not None and not math.isnan(v) and abs(v) >= noise]
+        top = max(real, default=0.0)
+        scale, header = 1.0, name
+        if dur:
+            scale, header = unit[0], name[:-3] + "_" + unit[1]
+        if real and all(v == round(v) for v in real) and scale == 1.0:
+            return header, ["" if v is None else "nan" if math.isnan(v) else
+                            "0" if abs(v) < noise else f"{v:,.0f}" for v in vals]
+        if real and top < 1e-3:  # rates and probabilities: significant digits
+            return header, ["" if v is None else "nan" if math.isnan(v) else
+                            "0" if abs(v) < noise else f"{v:.3g}" for v in vals]
+        d = _decimals(top / scale)
+        return header, ["" if v is None else "nan" if math.isnan(v) else
+                        f"{(0.0 if abs(v) < noise else v) / scale:,.{d}f}" for v in vals]
+    text = [("" if v is None else terminal(str(v), cells=True)) for v in values]
+    return name, [_clip(t, MAX_CELL) for t in text]
+
+
+def _cells(table: pa.Table, max_rows: int | None) -> tuple[list[str], list[list[str]], int]:
+    """(header, rows, rows left out) of ``table`` formatted column by column."""
     shown = table if max_rows is None else table.slice(0, max_rows)
-    cols = [[_clip(_cell(v, NOISE_US if name.endswith("_us") else NOISE), width)
-             for v in c.to_pylist()] for name, c in zip(shown.column_names, shown.columns,
-                                                         strict=True)]
+    header, cols = [], []
+    unit = _unit(shown)
+    for f, c in zip(shown.schema, shown.columns, strict=True):
+        h, cells = _column(f.name, f.type, c.to_pylist(), unit)
+        header.append(terminal(h, cells=True))
+        cols.append(cells)
     rows = [list(r) for r in zip(*cols, strict=True)] if cols else []
-    return rows, table.num_rows - shown.num_rows
+    return header, rows, table.num_rows - shown.num_rows
 
 
 _LABELS = {"", "...", "mean", "total", "all"}
@@ -114,21 +186,69 @@ def _numeric(table: pa.Table) -> list[bool]:
     return out
 
 
-def render_table(table: pa.Table, *, max_rows: int | None = None) -> str:
-    """Aligned plain-text columns (numbers right-aligned)."""
+def _groups(widths: list[int], width: int | None) -> list[list[int]]:
+    """Columns split into groups that each fit ``width`` characters, the first column repeated
+    in every group (a wide table printed as several narrower ones, not wrapped mid-row)."""
+    if width is None or sum(widths) + 2 * (len(widths) - 1) <= width or len(widths) < 3:
+        return [list(range(len(widths)))]
+    out, cur, used = [], [0], widths[0]
+    for i in range(1, len(widths)):
+        if len(cur) > 1 and used + 2 + widths[i] > width:
+            out.append(cur)
+            cur, used = [0], widths[0]
+        cur.append(i)
+        used += 2 + widths[i]
+    out.append(cur)
+    return out
+
+
+def terminal_width() -> int | None:
+    """The width of the terminal stdout is on, None when stdout is not a terminal."""
+    if not _isatty(sys.stdout):
+        return None
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+def colour() -> bool:
+    """Colour on stdout: a terminal, and no ``NO_COLOR`` (no-color.org) in the environment."""
+    return _isatty(sys.stdout) and not os.environ.get("NO_COLOR") \
+        and os.environ.get("TERM") != "dumb"
+
+
+def render_table(table: pa.Table, *, max_rows: int | None = None,
+                 width: int | None | bool = True, styled: bool | None = None) -> str:
+    """Aligned columns (numbers right-aligned, each column in one unit and format). ``width``:
+    split the columns into groups that fit (True: the terminal's width when stdout is one).
+    ``styled``: a rich table with a bold header (default: when stdout is a colour terminal)."""
     if table.num_columns == 0:
         return "(no columns)\n"
-    rows, hidden = _cells(table, max_rows, MAX_CELL)
-    header = table.column_names
+    header, rows, hidden = _cells(table, max_rows)
+    width = terminal_width() if width is True else (width or None)
+    styled = colour() if styled is None else styled
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     num = _numeric(table)
+    out: list[str] = []
+    for k, cols in enumerate(_groups(widths, width)):
+        if k:
+            out.append("")
+        if styled:
+            out.append(_rich(header, rows, num, cols).rstrip("\n"))
+            continue
 
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if n else c.ljust(w)
-                         for c, w, n in zip(cells, widths, num, strict=True)).rstrip()
+        def line(cells: list[str], cols: list[int] = cols) -> str:
+            return "  ".join(cells[i].rjust(widths[i]) if num[i] else cells[i].ljust(widths[i])
+                             for i in cols).rstrip()
 
-    out = [line(header), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
+        out += [line(header), "  ".join("-" * widths[i] for i in cols)]
+        out += [line(r) for r in rows]
     if not rows:
         out.append("(no rows)")
     if hidden:
@@ -136,10 +256,27 @@ def render_table(table: pa.Table, *, max_rows: int | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def _rich(header: list[str], rows: list[list[str]], num: list[bool], cols: list[int]) -> str:
+    """One column group as a rich table (bold header rule, no frame), rendered to text."""
+    t = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold",
+                  collapse_padding=True)
+    for i in cols:
+        t.add_column(Text(header[i]), justify="right" if num[i] else "left", no_wrap=True,
+                     style="cyan" if i == 0 and not num[i] else None)
+    for r in rows:
+        t.add_row(*[Text(r[i]) for i in cols])
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, width=100_000, color_system="standard",
+            highlight=False, no_color=False).print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
 def render_markdown(table: pa.Table, *, max_rows: int | None = None) -> str:
-    rows, hidden = _cells(table, max_rows)
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    out = ["| " + " | ".join(map(esc, table.column_names)) + " |",
+    """A GitHub-flavoured Markdown table: names inert (`mtia_trace.escape.md_cell`), long ones
+    clipped, numbers formatted as in `render_table`."""
+    header, rows, hidden = _cells(table, max_rows)
+    esc = md_cell
+    out = ["| " + " | ".join(map(esc, header)) + " |",
            "|" + "|".join("---:" if n else "---" for n in _numeric(table)) + "|"]
     out += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
     if hidden:

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import typer
 
+from analyzers.report.headline import identical_reason
+from analyzers.report.run_data import load_run
 from mtia_trace import schema
 from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import (
@@ -114,7 +116,7 @@ def replay(
 
     with Progress("replay", quiet=quiet) as progress:
         steps = replay_trace(trace, dests, opts, progress=progress, warn=warn)
-    same = identical_targets(steps, hws)
+    same = identical_targets(steps, hws, dests)
     if fmt is PrintFormat.json:
         print_json({"runs": [{"hardware": h, "path": str(dests[h]),
                               "steps": step_rows(steps[h])} for h in hws],
@@ -122,7 +124,7 @@ def replay(
         return
     for h in hws:
         if not quiet:
-            typer.echo(f"\n{h}: attribution per step (mean over ranks, us)")
+            typer.echo(f"\n{h}: attribution per step (mean over ranks)")
             typer.echo(render_table(step_table(steps[h])), nl=False)
         typer.echo(f"run written to {dests[h]}")
     if same:
@@ -134,8 +136,10 @@ def replay(
 SAME_REL = 1e-9
 
 
-def identical_targets(steps: dict[str, pa.Table], hws: list[str]) -> str | None:
-    """The loud sentence for targets whose step attributions are identical, else None."""
+def identical_targets(steps: dict[str, pa.Table], hws: list[str],
+                      dests: dict[str, Path] | None = None) -> str | None:
+    """The loud sentence for targets whose step attributions are identical, else None; with
+    the runs' ``dests`` it says why (`analyzers.report.headline.identical_reason`)."""
     if len(hws) < 2:
         return None
     cols = ["total_us"] + [f"{a}_us" for a in schema.ATTRIBUTION]
@@ -151,6 +155,7 @@ def identical_targets(steps: dict[str, pa.Table], hws: list[str]) -> str | None:
     if not all(arr(h).shape == first.shape and np.abs(arr(h) - first).max() <= tol
                for h in hws[1:]):
         return None
-    return (f"{' and '.join(hws)} give identical step times and attribution: the step is "
-            "host-bound, the hardware does not change it (see `mtia-trace report` for where "
-            "the host time goes)")
+    if dests is None:
+        return f"{' and '.join(hws)} give identical step times and attribution"
+    runs = [load_run(dests[h], analyses=False) for h in hws]
+    return identical_reason(runs[0], runs[1:])

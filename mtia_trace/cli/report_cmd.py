@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 
 import orjson
 import typer
+from rich.console import Console
+from rich.markdown import Markdown as RichMarkdown
+from rich.text import Text
 
 from analyzers.report.build import build_report, report_dict
 from analyzers.report.render_html import render_html
@@ -14,6 +18,7 @@ from analyzers.report.render_markdown import render_markdown
 from analyzers.report.run_data import load_run
 from analyzers.report.sweep_report import build_sweep_report, is_sweep, load_sweep, sweep_dict
 from mtia_trace.cli.options import FORCE_OPTION, OLD_FORMAT_SHORT, QUIET_OPTION
+from mtia_trace.cli.output import terminal_width
 from mtia_trace.destinations import check_file, write_file
 from mtia_trace.progress import Progress
 
@@ -72,7 +77,23 @@ def report(
             text = (render_html(blocks, title=f"mtia-trace report: {data.name}")
                     if fmt is ReportFormat.html else render_markdown(blocks))
         p.update("writing")
+    if output is None and fmt is ReportFormat.md and isinstance(text, str) \
+            and terminal_width() is not None:
+        show_markdown(text)
+        return
     write_output(text, output, force=force)
+    if output is not None and not quiet:
+        typer.echo(f"report written to {output}", err=True)
+
+
+def show_markdown(text: str) -> None:
+    """A Markdown report rendered for the terminal (rich), with how to get the Markdown itself."""
+    stream = getattr(sys.stdout, "raw_terminal", sys.stdout)
+    console = Console(file=stream, highlight=False, width=min(terminal_width() or 100, 120))
+    console.print(RichMarkdown(text, hyperlinks=False))
+    console.print(Text("rendered for the terminal; `-o report.md` (or a pipe) writes the "
+                       "Markdown itself, `--format html -o report.html` adds the figures",
+                       style="dim"))
 
 
 def _sweep_report(path: Path, fmt: ReportFormat, output: Path | None, *, force: bool) -> None:

@@ -67,13 +67,13 @@ def sweep(
     label = Path(hw).stem if hw.endswith(".toml") else hw
     dest = out if out is not None else Path("runs") / f"{trace_stem(trace)}-{label}-sweep.parquet"
     check_file(dest, force=force, flag="--output")
-    progress = Progress("sweep", quiet=quiet)
-    progress(f"ingesting {trace}")
-    events, src, why = with_source(load(trace), source_hw)
-    progress(f"source hardware: {src or 'unknown'} ({why})")
-    table = run_sweep(events, hw, axes, list(overrides or []), mode=mode, loss_rate=loss_rate,
-                      seed=seed, whatifs=list(whatif or []), progress=progress)
-    progress.close()
+    with Progress("sweep", quiet=quiet) as progress:
+        progress(f"ingesting {trace}")
+        events, src, why = with_source(load(trace), source_hw)
+        progress(f"source hardware: {src or 'unknown'} ({why})")
+        table = run_sweep(events, hw, axes, list(overrides or []), mode=mode,
+                          loss_rate=loss_rate, seed=seed, whatifs=list(whatif or []),
+                          progress=progress)
     write_with(dest, lambda tmp: pq.write_table(table, tmp), force=force, flag="--output")
     if fmt is PrintFormat.json:
         print_json({"path": str(dest), "hardware": hw, "axes": [a for a, _ in axes],

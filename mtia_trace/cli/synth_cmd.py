@@ -28,7 +28,10 @@ def synth(
     batch: int | None = typer.Option(None, "--batch", help="Global batch per step (default: the model's)."),
     sharding: str | None = typer.Option(None, "--sharding", help="Embedding sharding: tw, rw, cw, "
                                         "twrw or dp (default: the model's)."),
-    mode: str = typer.Option("train", "--mode", help="train or infer (forward only)."),
+    phase: str = typer.Option("train", "--phase",
+                              help="train, or infer (forward only)."),
+    old_mode: str = typer.Option(None, "--mode", hidden=True,
+                                 help="Old spelling of --phase (--mode is costing in replay)."),
     seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed of the duration jitter."),
     source_hw: str = typer.Option("h100", "--source-hw", help="Hardware spec the durations come from."),
     zipf: float = typer.Option(0.0, "--zipf", help="Embedding id skew (Zipf exponent; 0 = uniform)."),
@@ -40,6 +43,7 @@ def synth(
     fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     out = out if out is not None else old_out
+    mode = old_mode if old_mode is not None else phase
     if out is None:
         raise UsageError("synth: no output directory; add -o DIR")
     opts = SynthOptions(preset=preset, model_file=str(model) if model else None, ranks=ranks,

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from mtia_trace.cli.options import SOURCE_HW_OPTION, TRACE_ARGUMENT
+from mtia_trace.cli.options import FORCE_OPTION, SOURCE_HW_OPTION, TRACE_ARGUMENT
 from mtia_trace.cli.output import FORMAT_OPTION, OUTPUT_OPTION, Format, emit, parse_format
+from mtia_trace.destinations import check_file
 from mtia_trace.progress import Progress
 from mtia_trace.replay_job import AS_MEASURED
 from mtia_trace.whatif_job import parse_group_by, profile_trace
@@ -24,6 +25,7 @@ def whatif(
     source_hw: str = SOURCE_HW_OPTION,
     fmt: str = FORMAT_OPTION,  # a `Format` once parsed
     out: Path = OUTPUT_OPTION,
+    force: bool = FORCE_OPTION,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ) -> None:
     """Causal profile: the op groups that would shorten the step most if they were faster.
@@ -41,10 +43,12 @@ def whatif(
     Example: mtia-trace whatif sample_traces/torch_cpu_dlrm --top 10
     """
     fmt = parse_format(fmt)  # the callback's Format, for the type checker
+    if out is not None:
+        check_file(out, force=force)  # before the replays, not after
     with Progress("whatif", quiet=quiet) as progress:
         table, base = profile_trace(trace, hw=hw, top=top, by=parse_group_by(by),
                                     speedup=speedup, source_hw=source_hw, progress=progress)
     if fmt is Format.table and out is None and not quiet:
         typer.echo(f"replayed mean step on {hw}: {base:,.1f} us; groups by gain when "
                    f"{speedup:g}x faster")
-    emit(table, fmt, out)
+    emit(table, fmt, out, force=force)

@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import gc
+import gzip
+import re
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import TraceFormatError
-from mtia_trace.ingest import anomalies, heap
+from mtia_trace.ingest import anomalies, consistency, heap, oddities
 from mtia_trace.ingest.assemble import build
 from mtia_trace.ingest.decode import MAX_STEP, not_regular
 from mtia_trace.ingest.kineto import FileInfo, RawFile
@@ -61,11 +64,42 @@ def file_facts(trace: Trace) -> list[dict]:
     return out
 
 
+#: Bytes read from the start of a file to tell a PyTorch execution trace from a Kineto trace.
+_HEAD_BYTES = 1 << 16
+
+
+def is_execution_trace(path: Path) -> bool:
+    """A PyTorch execution trace (``ExecutionTraceObserver``: top-level ``schema`` and
+    ``nodes``, no ``traceEvents``), which sits next to the Kineto trace it was recorded with."""
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return False  # the reader words the error
+    nodes = re.search(rb'"nodes"\s*:\s*\[', head)
+    events = head.find(b'"traceEvents"')
+    if nodes is None or b'"schema"' not in head:
+        return False
+    return events < 0 or events > nodes.start()
+
+
+def skipped_execution_traces(path: Path) -> list[Path]:
+    """The PyTorch execution traces a trace folder holds (skipped by `trace_files`)."""
+    if not path.is_dir():
+        return []
+    return [p for p in sorted(path.iterdir()) if p.name.endswith(TRACE_SUFFIXES)
+            and p.is_file() and is_execution_trace(p)]
+
+
 def trace_files(path: Path) -> list[Path]:
-    """The trace files a directory holds (sorted), or the path itself."""
+    """The trace files a directory holds (sorted; PyTorch execution traces left out), or the
+    path itself."""
     if path.is_dir():
+        skip = set(skipped_execution_traces(path))
         files = sorted(p for p in path.iterdir()
-                       if p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json")
+                       if p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json"
+                       and p not in skip)
         for p in files:
             why = not_regular(p)
             if why is not None:
@@ -93,6 +127,8 @@ def load(paths: str | Path | Iterable[str | Path],
     if not items:
         raise TraceFormatError("no trace given; pass a Kineto .json/.json.gz file or a directory")
     files = [f for p in items for f in trace_files(p)]
+    skipped = [f"{e}: a PyTorch execution trace, not a Kineto trace; skipped (the Kineto "
+               "trace beside it is read)" for p in items for e in skipped_execution_traces(p)]
     # the cyclic GC would rescan the millions of decoded objects on every collection; the
     # ingest creates no reference cycles, so it runs with collection paused
     gc_was_on = gc.isenabled()
@@ -105,9 +141,11 @@ def load(paths: str | Path | Iterable[str | Path],
         finally:
             if gc_was_on:
                 gc.enable()
-        warnings += more
+        warnings += more + skipped
         warnings += _clock_skew(events)
         warnings += anomalies.check(events)
+        warnings += oddities.check(events)
+        warnings += consistency.check(events, [r.info for r in raws])
     heap.release()  # the columns the table consumed, the checks' intermediates
     kinds = events.column("kind").value_counts()
     counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}

@@ -27,7 +27,7 @@ import stat
 import struct
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -41,11 +41,16 @@ _HINT = "expected a PyTorch profiler export (.json or .json.gz)"
 MAX_BYTES_ENV = "MTIA_TRACE_MAX_BYTES"
 #: Default largest file, and largest gunzipped JSON, one trace file may be.
 DEFAULT_MAX_BYTES = 4 * 2**30
-#: Largest |ts| or dur accepted, in us (about 3,000 years: a Unix-epoch trace is ~1.8e15).
-MAX_TIME_US = 1e17
+#: Largest |ts| or dur accepted, in us: 3e15 us is 95 years (a Unix-epoch trace is ~1.8e15,
+#: year 2027). The graph keys times as int64 ns after subtracting the earliest start
+#: (`replay.graph.events.time_keys`): a start, its distance from the earliest (2x) and an end
+#: (3x) must stay below 2^63 ns = 9.22e15 us, so the bound is 9.22e15 / 3, rounded down.
+MAX_TIME_US = 3e15
 #: Largest step number (``ProfilerStep#N``) and rank: steps and ranks are int32 columns.
 MAX_STEP = 2**31 - 1
 _GZIP = b"\x1f\x8b"
+#: JSON's insignificant whitespace (RFC 8259)
+_WHITESPACE = b" \t\n\r"
 #: bytes read, and at most gunzipped, at a time
 _BLOCK = 2**20
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
@@ -337,7 +342,7 @@ def read_bytes(path: Path, digest: Any = None) -> bytes | bytearray:
     bounded, and ``digest`` takes the file as stored)."""
     out = bytearray()
     for block in _json_blocks(path, digest):
-        out += block
+        out += block.lstrip(_WHITESPACE) if not out else block  # leading whitespace: not kept
     return out
 
 
@@ -377,6 +382,11 @@ _EVENTS = msgspec.json.Decoder(list[PhasedEvent])  # type: ignore[valid-type]
 _DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 
 
+#: Called with the bytes of JSON read so far from the file being read (a terminal's progress
+#: line sets it; readers in other processes never call it).
+on_bytes_read: Callable[[int], None] | None = None
+
+
 class Pieces:
     """A trace file's events decoded a piece at a time (the phased decode, `decode`), so neither
     its whole JSON text nor all of its decoded events are held at once: iterate for lists of
@@ -407,6 +417,8 @@ class Pieces:
         digest = hashlib.sha256()
         for block in _json_blocks(self.path, digest):
             self.size += len(block)
+            if on_bytes_read is not None:
+                on_bytes_read(self.size)
             yield block
         self.sha256 = digest.hexdigest()
 
@@ -430,7 +442,7 @@ class Pieces:
         for block in text:  # the part before the array
             # the key is searched for in the new text (and the end of the old, where it may begin)
             lo = max(0, len(buf) - 64)
-            buf += block
+            buf += block.lstrip(_WHITESPACE) if not buf else block  # leading whitespace: not kept
             start = _TRACE_EVENTS.search(buf, lo)
             if start is not None:
                 break

@@ -46,10 +46,12 @@ def connect(scheduler: str | None, workers: int | None):  # noqa: ANN201
         try:
             _probe(scheduler)
             return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError, ValueError) as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({msg}); "
-                             "check the address and that dask-scheduler is running") from None
+        except Exception as exc:  # noqa: BLE001 - any protocol's failure (tls:// without a
+            # security context, ucx:// without ucx-py, ...) is said once
+            raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler "
+                             f"({_first_line(exc)}); check the address (tcp://HOST:PORT; tls:// "
+                             "and ucx:// need Dask's security or UCX setup) and that "
+                             "dask-scheduler is running") from None
     n = int(workers or 1)
     try:
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,

@@ -41,15 +41,20 @@ An edge that runs backward in measured time and closes a cycle (flow events or c
 inconsistent with the kernels) is dropped and counted (`replay.graph.cycles`).
 
 Ready lag of a device event: measured start − the latest measured end (start, for launches) of
-its inputs. It is kernel-launch / inter-kernel latency; it is capped at ``max_ready_lag_us`` so a
-start delayed by a dependency the graph lacks is *not* absorbed (that shows up as replay error).
+its inputs. It is kernel-launch / inter-kernel latency, and where it is longer, a wait on something
+the trace does not record: kept by default, the part the launch latency does not explain counted
+as *unexplained* (never silently re-timed); a strict replay drops it (`replay.pipeline`).
+``max_ready_lag_us`` caps it instead (none by default); lags beyond `MAX_READY_LAG_US` are the
+starts `replay.validation` reports as ones the graph does not explain.
 CPU-only traces: leaf host ops are the work. With a CPU backend (gloo) the ``c10d::*`` op on
 the calling thread only enqueues; the instance of the same collective on another host thread
 (``gloo:*`` on ``pt_gloo_runloop``) is the transfer. The transfer instances are the ones matched
 across ranks; ``launch`` edge enqueue start → transfer start; a thread holding only transfers is
-scheduled like a stream (ready lag, no pinned gaps); ``sync`` edge transfer end → the first
-non-leaf-end point of the enqueuing thread at or after it (``work.wait()`` returning), whose
-measured gap keeps only the return latency.
+scheduled like a stream (ready lag, no pinned gaps); ``sync`` edge transfer end → the point of
+the enqueuing thread where it waits (``work.wait()`` returning; `replay.graph.waits`: right
+after the transfer for a synchronous collective, where the work object is waited on for an
+asynchronous one such as DDP's bucket all-reduces), whose measured gap keeps only the return
+latency.
 """
 
 from __future__ import annotations
@@ -58,13 +63,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from replay.graph.chains import (
     EDGE_CODE,
+    Chains,
     Edges,
     _outside_events,
     chain_bases,
-    collective_waits,
     cross_edges,
     edges_table,
     point_chains,
@@ -73,7 +79,7 @@ from replay.graph.chains import (
 )
 from replay.graph.collectives import match_collectives
 from replay.graph.cycles import cycle_edges
-from replay.graph.events import _is_in, event_arrays, event_times, time_keys
+from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
 from replay.graph.queue import queue_edges
 from replay.graph.sync import (
     device_wait_edges,
@@ -83,11 +89,13 @@ from replay.graph.sync import (
     order_streams,
 )
 from replay.graph.threads import thread_waits
+from replay.graph.waits import WAIT_CONSUMERS, collective_waits
 
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
            "time_keys"]
 
-#: Default cap on a device event's ready lag (launch latency / inter-kernel gap), in us.
+#: A device event's ready lag beyond this (us) is a wait the graph does not explain, not launch
+#: latency (reported by `replay.validation`; a cap when passed as ``max_ready_lag_us``).
 MAX_READY_LAG_US = 1000.0
 
 
@@ -125,9 +133,13 @@ class Graph:
     #   annotation without children waiting on another thread): its return latency after the op
     #   it waited on ended (what it is costed at), nan otherwise (`replay.graph.queue`,
     #   `replay.graph.threads`)
+    pinned_us: np.ndarray | None = None
+    #   per point: how far its base was moved to its measured start (a stream's first event with
+    #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
+    #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
 
 
-def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_LAG_US) -> Graph:
+def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
     """Build the point chains and cross-track edges of ``events`` (canonical schema).
 
     The stages, in order, each a function over one `EventArrays` (``events``: reading the
@@ -158,20 +170,28 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
     ch = point_chains(ev, tr_chain, chain_ids)
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
-    unexplained_gap[ch.leaf_end] = False  # an event's own duration (below: unless a wait)
+    # an op's own duration (below: unless a wait no thread explains); a passive leaf (an
+    # annotation with nothing in it) stays a gap
+    unexplained_gap[ch.leaf_end & ~ev.passive[ch.order // 2]] = False
     if len(coll.enq_dst):
-        wsrc, wk, wlag = collective_waits(ev, coll, ch)
-        np.minimum.at(ch.gap, wk, wlag)
+        step_mark = pc.starts_with(events.column("name"), "ProfilerStep#").fill_null(False)
+        wsrc, wk, wlag, seen, n_cons = collective_waits(
+            ev, coll, ch, _is_in(events, "name", WAIT_CONSUMERS),
+            events.column("parent_id").to_numpy().astype(np.int64),
+            step_mark.to_numpy(zero_copy_only=False).astype(bool))
+        np.minimum.at(ch.gap, wk[seen], wlag[seen])
         cross = Edges(np.concatenate([cross.src_pt, 2 * wsrc + 1]),
                       np.concatenate([cross.dst_pt, ch.order[wk]]),
                       np.concatenate([cross.lag, wlag]),
                       np.concatenate([cross.etype,
                                       np.full(len(wsrc), EDGE_CODE["sync"], dtype=np.int8)]))
         notes["collective_waits"] = len(wsrc)
-        unexplained_gap[wk] = False  # a collective wait's return latency
+        if n_cons:
+            notes["collective_waits_at_consumers"] = n_cons
+        unexplained_gap[wk[seen]] = False  # a collective wait's return latency
     names = (events.column("track").take(pa.array(ev.runs[:-1])).to_pylist() if ev.n else [])
-    tsrc, tk, tlag, tunx, n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
-                                               ch.track_is_device, ch.gap, ch.tpos)
+    tsrc, tk, tlag, tunx, (sf, sto), n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
+                                                         ch.track_is_device, ch.gap, ch.tpos)
     notes |= n_thr
     if len(tsrc):
         np.minimum.at(ch.gap, tk, tlag)
@@ -184,16 +204,44 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = MAX_READY_
                                       np.full(len(tsrc), EDGE_CODE["thread"], dtype=np.int8)]))
         unexplained_gap[tk] = False  # the wait's return latency
     unexplained_gap[tunx] = True  # a wait no thread explains
+    if len(sto):
+        unexplained_gap[sto] = True  # its start lag: the critical path counts it unexplained
+        cross = Edges(np.concatenate([cross.src_pt, ch.order[sf]]),
+                      np.concatenate([cross.dst_pt, ch.order[sto]]),
+                      np.concatenate([cross.lag, ch.tpos[sto] - ch.tpos[sf]]),
+                      np.concatenate([cross.etype,
+                                      np.full(len(sto), EDGE_CODE["thread"], dtype=np.int8)]))
     drop, n_cyc = cycle_edges(ch.order, ch.track_ptr, ch.ptime, cross.src_pt, cross.dst_pt,
                               cross.etype == EDGE_CODE["collective"])
     notes |= n_cyc
     if drop.any():
         k = ~drop
         cross = Edges(cross.src_pt[k], cross.dst_pt[k], cross.lag[k], cross.etype[k])
+    base = chain_bases(ev, ch)
+    base[ch.order[sto]] = -np.inf  # started by a thread edge, not pinned where measured
+    pinned = _pin_inputless_starts(ev, ch, base, cross)
+    notes["device_starts_without_input"] = int((pinned > 0).sum())
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
-                 gap=ch.gap, leaf_end=ch.leaf_end, base=chain_bases(ev, ch), src_pt=cross.src_pt,
+                 gap=ch.gap, leaf_end=ch.leaf_end, base=base, src_pt=cross.src_pt,
                  dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
                  sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
                  edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
-                 unexplained_gap=unexplained_gap, wait_lag=wait_lag)
+                 unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned)
+
+
+def _pin_inputless_starts(ev: EventArrays, ch: Chains, base: np.ndarray, cross: Edges
+                          ) -> np.ndarray:
+    """In place: a stream-like track's first event with no incoming edge starts no earlier than
+    measured (its base was its rank's start). Returns, per point, how far each base moved."""
+    pinned = np.zeros(2 * ev.n)
+    nonempty = np.flatnonzero(ch.track_ptr[1:] > ch.track_ptr[:-1])
+    if not len(nonempty):
+        return pinned
+    fp = ch.order[ch.track_ptr[nonempty]]
+    fp = fp[ch.track_is_device[nonempty] & (fp % 2 == 0)]
+    fp = fp[~np.isin(fp, cross.dst_pt)]
+    new = np.maximum(base[fp], ch.ptime[fp])
+    pinned[fp] = new - base[fp]
+    base[fp] = new
+    return pinned

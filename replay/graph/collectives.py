@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mtia_trace.errors import TraceFormatError
 from replay.graph.events import EventArrays
 
 
@@ -72,6 +73,7 @@ def match_collectives(ev: EventArrays) -> tuple[Collectives, dict[str, object]]:
             last = np.full(gid.max() + 1, -np.inf)
             np.maximum.at(last, gid, ev.ts[ids])
             transfer[ids] = np.clip(ev.end[ids] - last[gid], 0.0, None)
+            _refuse_cycles(ev, ids, gid, df)
             first_id = df.groupby("gid")["id"].transform("first").to_numpy()
             other = ids != first_id
             coll_src = np.concatenate([ids[other], first_id[other]])
@@ -79,3 +81,73 @@ def match_collectives(ev: EventArrays) -> tuple[Collectives, dict[str, object]]:
     notes: dict[str, object] = {"collective_enqueues": len(enq_src),
                                 "collectives_matched": len(np.unique(group[group >= 0]))}
     return Collectives(group, transfer, coll_src, coll_dst, enq_src, enq_dst, worker_tr), notes
+
+
+def _refuse_cycles(ev: EventArrays, ids: np.ndarray, gid: np.ndarray, df: object) -> None:
+    """Raise `TraceFormatError` when matched collectives wait on each other: each track runs
+    its instances in order, all instances of a collective start together, so a rank running
+    two collectives in the other order than its peers (swapped sequence numbers) ties them
+    into a cycle that no schedule satisfies. The order graph has one node per collective."""
+    o = np.lexsort((ev.ts[ids], ev.tr_of[ids]))
+    t, g = ev.tr_of[ids][o], gid[o]
+    nxt = (t[1:] == t[:-1]) & (g[1:] != g[:-1])
+    if not nxt.any():
+        return
+    pairs = np.unique(np.stack([g[:-1][nxt], g[1:][nxt]], axis=1), axis=0)
+    ng = int(gid.max()) + 1
+    indeg = np.bincount(pairs[:, 1], minlength=ng)
+    succ_ptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=ng))]
+    succ = pairs[np.argsort(pairs[:, 0], kind="stable"), 1].tolist()
+    ptr = succ_ptr.tolist()
+    deg = indeg.tolist()
+    ready = [k for k in range(ng) if deg[k] == 0]
+    while ready:  # Kahn's algorithm over the collectives (few: a Python loop is fine)
+        k = ready.pop()
+        for m in succ[ptr[k]:ptr[k + 1]]:
+            deg[m] -= 1
+            if deg[m] == 0:
+                ready.append(m)
+    left = {k for k in range(ng) if deg[k] > 0}
+    if not left:
+        return
+    # walk back along predecessors that are left until one repeats: that is a cycle
+    pred: dict[int, int] = {}
+    for a, b in pairs.tolist():
+        if a in left and b in left:
+            pred.setdefault(b, a)
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    k = min(left)
+    while k not in seen:
+        seen[k] = len(path)
+        path.append(k)
+        k = pred[k]
+    cycle = path[seen[k]:][::-1]
+    _raise_cycle(ev, ids, gid, o, nxt, cycle, df)
+
+
+def _raise_cycle(ev: EventArrays, ids: np.ndarray, gid: np.ndarray, o: np.ndarray,
+                 nxt: np.ndarray, cycle: list[int], df: object) -> None:
+    import pandas as pd
+
+    assert isinstance(df, pd.DataFrame)
+    first = df.drop_duplicates("gid").set_index("gid")
+
+    def name(k: int) -> str:
+        return f"seq {first.loc[k, 'seq']} of process group {first.loc[k, 'pg']!r}"
+
+    # the ranks that run each consecutive pair of the cycle in that order
+    a_ids = ids[o][:-1][nxt]
+    ga, gb = gid[o][:-1][nxt], gid[o][1:][nxt]
+    steps = []
+    for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+        ranks = sorted({int(r) for r in ev.rank[a_ids[(ga == a) & (gb == b)]].tolist()})
+        steps.append((len(ranks), a, b, ranks))
+    n, a, b, ranks = min(steps)
+    names = ", ".join(name(k) for k in cycle[:4]) + (" ..." if len(cycle) > 4 else "")
+    span = ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+    raise TraceFormatError(
+        f"collectives wait on each other across ranks ({names}): rank{'s' if n > 1 else ''} "
+        f"{span} run{'s' if n == 1 else ''} {name(a)} before {name(b)}, the other ranks the "
+        "other way round; the ranks' sequence numbers (Seq) disagree, fix or re-export the "
+        "rank's trace")

@@ -48,9 +48,11 @@ def time_keys(events: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """
     if not events.num_rows:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    ts = np.rint(_col(events, "ts_us").astype(np.float64) * NS_PER_US).astype(np.int64)
+    us = _col(events, "ts_us").astype(np.float64)
+    # relative to the first start before scaling: epoch microseconds (~1.7e15) times 1000 are
+    # past float64's integer range (2^53), so their ns would round to 256 ns and break ties
+    ts = np.rint((us - us.min()) * NS_PER_US).astype(np.int64)
     dur = np.rint(np.nan_to_num(_col(events, "dur_us").astype(np.float64)) * NS_PER_US)
-    ts -= ts.min()
     return ts, ts + dur.astype(np.int64)
 
 

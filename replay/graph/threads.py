@@ -8,7 +8,9 @@ most events: the thread that runs the training loop and waits for the others) (t
 thread, inside an op's self time or outside every op) of at least `MIN_WAIT_US`: if another
 thread of the same process (same pid in ``host:<pid>:<tid>``) ran work (non-passive ops) for at
 least `BUSY_FRACTION` of the gap, and its last work in the gap ended within the gap's last
-`RESUME_FRACTION`, that work's end → the resuming point is a ``thread`` edge whose lag is the
+`RESUME_FRACTION`, that work's end → the resuming point is a ``thread`` edge (when the other thread's first work
+lies inside the gap, only if it began within the gap's first `RESUME_FRACTION`: it was started
+by the waiting thread, and a later start is a delay nothing explains) whose lag is the
 time from that end to the resume (the return latency), and the chain keeps only that latency.
 A gap that long with another thread that busy but no such end is *unexplained* (counted, not
 host work). Limits: a wait on a thread the trace does not record, or on several threads at
@@ -62,14 +64,17 @@ def _blocks(ids: np.ndarray, ts: np.ndarray, end: np.ndarray
 
 def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
                  track_ptr: np.ndarray, chain: np.ndarray, gap: np.ndarray, tpos: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, object]]:
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                            tuple[np.ndarray, np.ndarray], dict[str, object]]:
     """(source event ids, waiting positions, lags) of the ``thread`` edges, the positions of
-    unexplained waits, and notes. ``track_names``: each track's name; the chain arrays are
+    unexplained waits, (waiting position before the wait, first position of the thread it
+    started) pairs, and notes. ``track_names``: each track's name; the chain arrays are
     `replay.graph.chains.Chains`'."""
     src: list[int] = []
     pos: list[int] = []
     lag: list[float] = []
     unexplained: list[int] = []
+    started: dict[int, int] = {}  # thread started inside a wait -> the wait's position
     work = ~ev.passive & ~ev.is_dev
     by_proc: dict[tuple[int, str], list[int]] = {}
     for t in range(len(track_names)):
@@ -96,6 +101,7 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
             w0, w1 = tpos[k - 1], tpos[k]
             best_end = np.full(len(k), -np.inf)
             best_src = np.full(len(k), -1, dtype=np.int64)
+            best_thr = np.full(len(k), -1, dtype=np.int64)
             busy_any = np.zeros(len(k), dtype=bool)
             for b, (bs, be, bop) in blocks.items():
                 if b == a:
@@ -116,16 +122,31 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
                 jc = np.maximum(j, 0)
                 e = np.where(ok, be[jc], -np.inf)
                 ok &= e >= w1 - RESUME_FRACTION * (w1 - w0)
+                # a thread whose first work falls inside the gap was started by the waiting
+                # one: only if it started right away (its start is pinned where measured, so a
+                # later start is a delay no dependency explains)
+                ok &= (bs[0] <= w0) | (bs[0] - w0 <= RESUME_FRACTION * (w1 - w0))
                 better = ok & (e > best_end)
                 best_end[better] = e[better]
                 best_src[better] = bop[jc[better]]
+                best_thr[better] = b
             hit = best_src >= 0
+            for i in np.flatnonzero(hit).tolist():
+                b = int(best_thr[i])
+                if blocks[b][0][0] > w0[i]:  # the thread's first work: started by this wait
+                    started.setdefault(b, int(k[i] - 1))
             src.extend(best_src[hit].tolist())
             pos.extend(k[hit].tolist())
             lag.extend((w1[hit] - best_end[hit]).tolist())
             waited_us += float((best_end[hit] - w0[hit]).sum())
             unexplained.extend(k[busy_any & ~hit].tolist())
+    # a thread started inside a wait starts after the waiting thread's point before the wait (by
+    # its measured lag), not pinned where it was measured: a delay before it moves it
+    st_from = np.asarray(list(started.values()), dtype=np.int64)
+    st_to = np.asarray([int(track_ptr[b]) for b in started], dtype=np.int64)
     notes: dict[str, object] = {"thread_waits": len(src), "thread_waited_us": waited_us,
-                                "thread_waits_unexplained": len(unexplained)}
+                                "thread_waits_unexplained": len(unexplained),
+                                "threads_started": len(st_to)}
     return (np.asarray(src, dtype=np.int64), np.asarray(pos, dtype=np.int64),
-            np.asarray(lag, dtype=np.float64), np.asarray(unexplained, dtype=np.int64), notes)
+            np.asarray(lag, dtype=np.float64), np.asarray(unexplained, dtype=np.int64),
+            (st_from, st_to), notes)

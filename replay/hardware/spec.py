@@ -332,9 +332,9 @@ def load_spec(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] =
     """Load a bundled spec by name or a spec file by path, then apply ``--set`` overrides."""
     text = str(name_or_path)
     path = _bundled_dir() / f"{text}.toml"
-    if not path.is_file():
+    if not _is_file(path):
         path = Path(text)
-        if not path.is_file():
+        if not _is_file(path):
             raise HardwareSpecError(f"{text}: no such hardware spec; use one of "
                                     f"{', '.join(list_specs())} or a path to a .toml file")
     try:
@@ -345,6 +345,14 @@ def load_spec(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] =
         raise HardwareSpecError(f"{path}: cannot read ({exc})") from None
     spec = _parse(doc, str(path) if path.parent != _bundled_dir() else f"{path.stem} (bundled)")
     return spec.with_overrides(list(overrides)) if overrides else spec
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, false for a name the file system cannot hold (too long)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 # -- typed validation of every value --------------------------------------------------------

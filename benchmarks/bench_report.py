@@ -1,0 +1,102 @@
+"""Benchmark: `report` against the replay that made the run, in whole processes, interleaved.
+
+    python benchmarks/bench_report.py [TRACE] [--hw mtia300] [--rounds 3]
+
+TRACE defaults to the MTIA training trace under ../shared/traces/real/hta when present, else the
+bundled 2-rank synthetic sample. Each round runs, one after another: the replay (`mtia-trace
+replay TRACE --hw HW`, the reference), `report --format md` and `report --format html` of the run
+it wrote. Printed per command: fastest and median wall time, the median's ratio to the replay's
+median, and the peak RSS of the process against the run's tables in memory (the Parquet files'
+Arrow size). A report reads a stored run, so it should cost a fraction of the replay. Targets on
+the MTIA run (a 2-core machine): HTML under 3 s, Markdown under 1.5 s, peak memory under 2x the
+tables' size in memory above the process's start-up footprint (`mtia-trace --version`'s peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MTIA = ROOT.parent / "shared" / "traces" / "real" / "hta" / "mtia_trace_single_rank"
+SAMPLE = ROOT / "sample_traces" / "synth" / "dcnv2_train_2rank"
+TARGETS_S = {"report md": 1.5, "report html": 3.0}
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-c", "import sys; from mtia_trace.cli import main; sys.exit(main())"]
+
+
+def _timed(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of one process running ``argv``."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[3:])}: exit {proc.returncode}: {err.strip()[-300:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def _tables_mb(run: Path) -> float:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_table(f).nbytes for f in run.rglob("*.parquet")) / 2**20
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[2:]))
+    ap.add_argument("trace", nargs="?", type=Path, default=MTIA if MTIA.exists() else SAMPLE)
+    ap.add_argument("--hw", default="mtia300")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        cmds = {
+            "replay": [*_cli(), "replay", str(a.trace), "--hw", a.hw, "-o", str(run), "--force",
+                       "--quiet"],
+            "report md": [*_cli(), "report", str(run), "--format", "md", "-o",
+                          str(Path(tmp) / "r.md"), "--force"],
+            "report html": [*_cli(), "report", str(run), "--format", "html", "-o",
+                            str(Path(tmp) / "r.html"), "--force"],
+        }
+        _, base_mb = _timed([*_cli(), "--version"])
+        times: dict[str, list[float]] = {k: [] for k in cmds}
+        peaks: dict[str, list[float]] = {k: [] for k in cmds}
+        for i in range(a.rounds):
+            print(f"round {i + 1}/{a.rounds}", file=sys.stderr, flush=True)
+            for name, argv_ in cmds.items():
+                wall, peak = _timed(argv_)
+                times[name].append(wall)
+                peaks[name].append(peak)
+        tables = _tables_mb(run)
+    ref = statistics.median(times["replay"])
+    print(f"trace: {a.trace} on {a.hw}; {a.rounds} rounds; the run's tables in memory "
+          f"{tables:.1f} MB; start-up footprint {base_mb:.0f} MB")
+    print(f"{'command':<12} {'fastest s':>9} {'median s':>9} {'x replay':>9} {'peak MB':>8} "
+          f"{'peak-start / tables':>20}  target")
+    for name in cmds:
+        med = statistics.median(times[name])
+        peak = max(peaks[name])
+        over = (peak - base_mb) / tables if tables else float("nan")
+        target = TARGETS_S.get(name)
+        verdict = ""
+        if target is not None:
+            met = med < target and over < 2.0
+            verdict = f"< {target:g} s, < 2x tables: {'met' if met else 'missed'}"
+        print(f"{name:<12} {min(times[name]):9.2f} {med:9.2f} {med / ref:9.2f} {peak:8.0f} "
+              f"{over:20.2f}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

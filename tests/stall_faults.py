@@ -1,0 +1,207 @@
+"""Injected faults, shared by tests/test_stall_faults.py (a few traces) and benchmarks/stall_campaign.py
+(every real trace and sample): a stall the trace's dependencies do not explain is inserted into
+a canonical events table, and `seen` asserts that `validate` (the strict error) or
+``unexplained_us`` shows it in every replay: the default one, the strict one and a target one.
+
+Two faults, each of ``STALL_US`` on one rank:
+
+- ``kernel``: a device event that a host synchronize waits for (a ``sync`` edge from its end)
+  starts later: it and everything after it on its stream move, the synchronize returns later,
+  and everything on the rank after the synchronize's return moves; host ops spanning that return
+  (the synchronize, its parents, the step) and the synchronize's device-side marker get longer. On a CPU trace the device event is a
+  collective transfer on a worker thread and the synchronize is ``work.wait()``.
+- ``host``: the host process stops between two host ops: at a moment inside a step where no host
+  op of the rank runs (annotations aside), everything later on the rank moves and what spans
+  that moment (annotations, device work already running is not stopped) gets longer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from replay.graph import EDGE_CODE, Graph
+
+STALL_US = 600.0
+#: A fault counts as seen when a replay shows at least this share of it.
+SEEN_SHARE = 0.5
+FAULTS = ("kernel", "host")
+#: A synchronize blocked on a device event returns within this of its end (us).
+RETURN_US = 100.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int
+    step: int
+    at_us: float     # measured time the stall starts
+    what: str        # the event it delays / the gap it sits in
+
+
+def _np(t: pa.Table, c: str) -> np.ndarray:
+    return t.column(c).to_numpy(zero_copy_only=False)
+
+
+def _shifted(events: pa.Table, move: np.ndarray, grow: np.ndarray, d: float) -> pa.Table:
+    ts = _np(events, "ts_us").astype(np.float64) + np.where(move, d, 0.0)
+    dur = _np(events, "dur_us").astype(np.float64) + np.where(grow & ~move, d, 0.0)
+    out = events.set_column(events.schema.get_field_index("ts_us"), "ts_us",
+                            pa.array(ts, events.schema.field("ts_us").type))
+    return out.set_column(out.schema.get_field_index("dur_us"), "dur_us",
+                          pa.array(dur, events.schema.field("dur_us").type))
+
+
+def _middle(cands: np.ndarray, times: np.ndarray) -> int | None:
+    """The candidate nearest the median time (a fault in the thick of the trace)."""
+    if len(cands) == 0:
+        return None
+    mid = np.median(times[cands])
+    return int(cands[np.argmin(np.abs(times[cands] - mid))])
+
+
+def kernel_fault(events: pa.Table, g: Graph, d: float = STALL_US) -> tuple[pa.Table, Fault] | None:
+    """The ``kernel`` fault (module docstring), or None when no synchronize inside a step is
+    blocked on a device event (or collective transfer): called before it ends and returning
+    within `RETURN_US` of its end."""
+    sync = (g.etype == EDGE_CODE["sync"]) & (g.src_pt % 2 == 1)
+    if not sync.any():
+        return None
+    src, dst_pt = g.src_pt[sync] // 2, g.dst_pt[sync]
+    dst = dst_pt // 2
+    is_dev = _np(events, "is_device").astype(bool)
+    step = _np(events, "step")
+    ts, dur = _np(events, "ts_us").astype(float), _np(events, "dur_us").astype(float)
+    end = ts + dur
+    t_ret = np.where(dst_pt % 2 == 1, end[dst], ts[dst])
+    # the synchronize is blocked on it: called before it ends, returns right after it
+    blocked = np.where(dst_pt % 2 == 1, ts[dst] < end[src], True)
+    work = ~np.isin(_np(events, "kind").astype(str), ["sync", "annotation", "instant"])
+    ok = (~is_dev[dst] & work[src] & (step[src] >= 0) & (step[dst] >= 0) & (t_ret >= end[src])
+          & (t_ret - end[src] <= RETURN_US) & blocked)
+    cands = np.flatnonzero(ok)
+    i = _middle(cands, ts[src])
+    if i is None:
+        return None
+    k, t_s = int(src[i]), float(t_ret[i])
+    rank = _np(events, "rank")
+    mine = rank == rank[k]
+    track = _np(events, "track").astype(str)
+    move = mine & (((track == track[k]) & (ts >= ts[k])) | (ts >= t_s))
+    # host ops and device sync markers (the device side of a synchronize) spanning the return
+    marker = is_dev & (_np(events, "kind").astype(str) == "sync")
+    grow = mine & (~is_dev | marker) & (ts < t_s) & (end >= t_s)
+    name = str(_np(events, "name")[k])
+    return _shifted(events, move, grow, d), Fault("kernel", int(rank[k]), int(step[dst[i]]),
+                                                   float(ts[k]), name)
+
+
+def host_fault(events: pa.Table, d: float = STALL_US) -> tuple[pa.Table, Fault] | None:
+    """The ``host`` fault (module docstring), or None when no host op ends inside a step at a
+    moment no other host op of its rank covers."""
+    from mtia_trace.schema import PASSIVE_KINDS
+
+    is_dev = _np(events, "is_device").astype(bool)
+    kind = _np(events, "kind").astype(str)
+    step = _np(events, "step")
+    rank = _np(events, "rank")
+    ts, dur = _np(events, "ts_us").astype(float), _np(events, "dur_us").astype(float)
+    end = ts + dur
+    op = ~is_dev & ~np.isin(kind, list(PASSIVE_KINDS))
+    best: tuple[int, int] | None = None
+    for r in np.unique(rank):
+        ids = np.flatnonzero(op & (rank == r))
+        if len(ids) == 0:
+            continue
+        # host ops' union on the rank: a moment right after an op ends that no op covers
+        o = np.argsort(ts[ids], kind="stable")
+        s_, e_ = ts[ids][o], end[ids][o]
+        cover = np.maximum.accumulate(e_)
+        # gap between cover[j] and s_[j+1]: nothing runs in (cover[j], s_[j+1])
+        gap_at = np.flatnonzero(s_[1:] > cover[:-1])
+        last = ids[o][gap_at]  # an op id in the step (for the step number)
+        inside = step[last] >= 0
+        cands = gap_at[inside]
+        if len(cands) == 0:
+            continue
+        j = _middle(cands, cover)
+        assert j is not None
+        if best is None or len(cands) > best[1]:
+            best = (int(r), j)
+            t_best = float(cover[j])
+            st = int(step[ids[o][j]])
+    if best is None:
+        return None
+    r = best[0]
+    mine = rank == r
+    move = mine & (ts >= t_best + 1e-9)
+    grow = mine & ~is_dev & (ts < t_best + 1e-9) & (end > t_best + 1e-9)
+    return _shifted(events, move, grow, d), Fault("host", r, st, t_best, "host gap")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What one replay of the faulted trace shows of the fault, in us of the faulted step."""
+
+    carried_us: float       # growth of the replayed step
+    unexplained_us: float   # growth of its unexplained_us
+
+    def seen(self, measured_us: float) -> bool:
+        """As error (the replay does not carry it) or as unexplained time."""
+        return (measured_us - self.carried_us >= SEEN_SHARE * STALL_US
+                or self.unexplained_us >= SEEN_SHARE * STALL_US)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """How each replay of the faulted trace shows the fault."""
+
+    fault: Fault
+    measured_us: float            # growth of the measured step (the stall as recorded)
+    replays: dict[str, Shown]     # "default", "strict", and the target's name
+
+    def missed(self) -> list[str]:
+        return [k for k, v in self.replays.items() if not v.seen(self.measured_us)]
+
+    @property
+    def all(self) -> bool:
+        return not self.missed()
+
+
+def _row(steps: pa.Table, rank: int, step: int, col: str) -> float:
+    r, s = _np(steps, "rank"), _np(steps, "step")
+    m = (r == rank) & (s == step)
+    return float(_np(steps, col)[m].sum())
+
+
+def seen(events: pa.Table, faulted: pa.Table, fault: Fault, launch_latency_us: float | None,
+         target: object | None = None) -> Seen:
+    """Replay ``events`` and ``faulted`` by default, strictly and on ``target`` (a cost model;
+    None: no target replay) and measure what each shows of the fault."""
+    from replay.costs import AsMeasured
+    from replay.run import replay_events
+
+    model = AsMeasured(source_launch_us=launch_latency_us)
+    runs: list[tuple[str, dict, object]] = [("default", {}, model),
+                                            ("strict", {"strict": True}, model)]
+    if target is not None:
+        runs.append((str(getattr(target, "name", "target")), {}, target))
+    shown: dict[str, Shown] = {}
+    measured = 0.0
+    for key, kw, m in runs:
+        a = replay_events(events, m, **kw).steps  # type: ignore[arg-type]
+        b = replay_events(faulted, m, **kw).steps  # type: ignore[arg-type]
+
+        def grow(col: str, a: pa.Table = a, b: pa.Table = b) -> float:
+            return _row(b, fault.rank, fault.step, col) - _row(a, fault.rank, fault.step, col)
+
+        shown[key] = Shown(grow("total_us"), grow("unexplained_us"))
+        if key == "default":
+            measured = grow("measured_us")
+    return Seen(fault, measured, shown)
+
+
+def inject(kind: str, events: pa.Table, g: Graph) -> tuple[pa.Table, Fault] | None:
+    return kernel_fault(events, g) if kind == "kernel" else host_fault(events)

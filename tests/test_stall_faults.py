@@ -1,0 +1,82 @@
+"""Injected faults (tests/stall_faults.py) show in every replay: the default one as unexplained time,
+the strict one as error, a target one as either. The full campaign over every real trace and
+sample is benchmarks/stall_campaign.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mtia_trace.ingest import load
+from replay.graph import build_graph
+from replay.hardware import load_spec, model_for
+from replay.hardware.source import with_source
+from tests.conftest import REAL, SAMPLES
+from tests.stall_faults import FAULTS, STALL_US, inject, seen
+
+#: Samples and real traces (a CUDA, a ROCm, a sampled, a back-pressured and two CPU gloo ones).
+TRACES = [
+    SAMPLES / "synth" / "dcnv2_infer_1rank",
+    SAMPLES / "synth" / "dcnv2_train_2rank",
+    SAMPLES / "torch_cpu_dlrm",
+    REAL / "hta" / "critical_path" / "alexnet",
+    REAL / "hta" / "amd_trace",
+    REAL / "hta" / "trace_filter",
+    REAL / "hta" / "negative_queue_length_values_check",
+    REAL / "pairs" / "dp_dense" / "a",
+]
+
+
+def _ids(p: Path) -> str:
+    return str(p.relative_to(REAL if REAL in p.parents else SAMPLES))
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=_ids)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_injected_stall_is_seen_in_every_replay(trace: Path, fault: str) -> None:
+    if not trace.exists():
+        pytest.skip(f"{trace} not found (real traces live in ../shared)")
+    events, source, _ = with_source(load(trace), None)
+    lat = float(load_spec(source).value("host.kernel_launch_us")) if source else None
+    got = inject(fault, events, build_graph(events))
+    if got is None:
+        pytest.skip(f"no place for a {fault} fault in this trace")
+    faulted, where = got
+    s = seen(events, faulted, where, lat, model_for(load_spec("h100"), mode="auto"))
+    assert s.measured_us == pytest.approx(STALL_US, abs=1.0)
+    assert s.all, (f"{where}: measured +{s.measured_us:.0f} us, not seen by {s.missed()}: "
+                   + ", ".join(f"{k} carries {v.carried_us:.0f} us, unexplained "
+                               f"{v.unexplained_us:+.0f} us" for k, v in s.replays.items()))
+
+
+def _epoch_sync_trace(path: Path, stall_us: float) -> Path:
+    """A copy launched, then a stream synchronize that waits for it, on epoch-microsecond
+    timestamps (as torch.profiler writes them); the launch call ends exactly where the
+    synchronize starts. The copy starts ``stall_us`` after the synchronize began."""
+    t = 1_695_835_572_955_796
+    k = t + 15 + stall_us
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+           "ts": t - 100, "dur": k + 1 + 5 + 100 - t + 10},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1,
+           "ts": t, "dur": 9, "args": {"correlation": 1}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1,
+           "tid": 1, "ts": t + 9, "dur": k + 1 + 5 - (t + 9), "args": {"correlation": 2}},
+          {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+           "tid": 7, "ts": k, "dur": 1, "args": {"correlation": 1, "device": 0, "stream": 7}}]
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_stall_before_a_synchronized_copy_fails_strict_validate(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    """The synchronize must end where the copy it waits for ends plus its return latency: a
+    600 us stall before the copy is unexplained time and strict error, not host time of the
+    synchronize call (epoch timestamps used to break the launch-end / sync-start tie)."""
+    code, out, err = cli("validate", _epoch_sync_trace(tmp_path / "s.json", 600.0),
+                         "--format", "json", "--strict", "--max-error", "10%")
+    d = json.loads(out)
+    step = d["steps"][0]
+    assert step["unexplained_us"] >= 600.0
+    assert step["strict_error"] < -0.5
+    assert code == 1 and d["passed"] is False
