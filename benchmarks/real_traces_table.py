@@ -83,7 +83,9 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     code, text = _cli("analyze", str(run), "device_time", "--format", "json")
     busy = "-"
     if code == 0:
-        rows = [r for r in json.loads(text) if r.get("stream") == "all"]
+        data = json.loads(text)
+        data = data.get("device_time", []) if isinstance(data, dict) else data
+        rows = [r for r in data if r.get("stream") == "all"]
         w = sum(r["window_us"] for r in rows)
         busy = f"{100 * sum(r['busy_us'] for r in rows) / w:.1f}%" if w > 0 else "-"
     meta = json.loads((run / "run.json").read_text())
