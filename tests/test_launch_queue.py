@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from replay.graph import build_graph
-from replay.graph.queue import DEFAULT_LAUNCH_QUEUE_DEPTH
+from replay.graph.backpressure import DEFAULT_LAUNCH_QUEUE_DEPTH
 from replay.hardware import model_for
 from replay.run import replay_events
 from replay.whatif import parse_whatif

@@ -26,7 +26,7 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
   duration), so the wait itself comes out of the graph;
 - ``queue``: a launch call blocked by its stream's full launch queue waits for the op that frees
   its slot (op end → call end, with the call's return latency, which is then all it costs);
-  every other launch waits for the op a queue depth before it (`replay.graph.queue`);
+  every other launch waits for the op a queue depth before it (`replay.graph.backpressure`);
 - ``thread``: a host thread waiting (a long gap, inside an op or outside every op) while another
   thread of its process works, and resuming when that work ends: that end → the resuming point,
   with the return latency, which is all the gap keeps (`replay.graph.threads`);
@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.graph.backpressure import queue_edges
 from replay.graph.chains import (
     EDGE_CODE,
     Chains,
@@ -80,7 +81,6 @@ from replay.graph.chains import (
 from replay.graph.collectives import match_collectives
 from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
-from replay.graph.queue import queue_edges
 from replay.graph.sync import (
     device_wait_edges,
     find_launches,
@@ -131,7 +131,7 @@ class Graph:
     wait_lag: np.ndarray | None = None
     #   per event that waited on another track (a launch blocked by its full queue, an op or
     #   annotation without children waiting on another thread): its return latency after the op
-    #   it waited on ended (what it is costed at), nan otherwise (`replay.graph.queue`,
+    #   it waited on ended (what it is costed at), nan otherwise (`replay.graph.backpressure`,
     #   `replay.graph.threads`)
     pinned_us: np.ndarray | None = None
     #   per point: how far its base was moved to its measured start (a stream's first event with
