@@ -81,8 +81,9 @@ def main() -> None:
         keep = ~named & ~np.isin(kind, ["collective", "p2p"])
         ca = np.nansum(np.where(np.isfinite(tp.cost_new) & keep, tp.cost_base, 0.0) * pa_.leaf)
         cb = np.nansum(np.where(np.isfinite(tp.cost_new) & keep, tp.cost_new, 0.0) * pa_.leaf)
-        sa = np.nansum(np.where(np.isfinite(tp.self_new) & keep, tp.self_base, 0.0))
-        sb = np.nansum(np.where(np.isfinite(tp.self_new) & keep, tp.self_new, 0.0))
+        ops = keep & ~tp.loop  # the loop between a step's regions is no op's time
+        sa = np.nansum(np.where(np.isfinite(tp.self_new) & ops, tp.self_base, 0.0))
+        sb = np.nansum(np.where(np.isfinite(tp.self_new) & ops, tp.self_new, 0.0))
         steps = max(len(np.unique(ea.column("step").to_numpy()[ea.column("step").to_numpy()
                                                                   >= 0])), 1)
         d = (cb + sb - ca - sa) / steps

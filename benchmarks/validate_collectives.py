@@ -9,16 +9,19 @@ run's nccl-tests ``-g``), predict every row with
 percentile relative error of ``time_us`` (of ``busbw`` for busbw-only tables), and where it
 misses: the median signed time error by size band (`BANDS`: latency-bound small messages, the
 ramp, bandwidth-bound large ones), negative where the model is faster than the measurement
-(for busbw-only tables the time error is measured / predicted busbw - 1). Constants are the
-specs' (NCCL's tuning model and vendor figures); nothing here is fitted to the rows.
+(for busbw-only tables the time error is measured / predicted busbw - 1), and how many
+matching tables pass in each band. Constants are the specs': NCCL's tuning model, vendor
+figures, and the calibrated terms that benchmarks/fit_collectives.py fits (with
+leave-one-table-out error); nothing here fits anything.
 
     python benchmarks/validate_collectives.py [DIR] [--format table|json] [--figure PNG]
-        [--json-out benchmarks/results/collectives.json]
+        [--band-figure PNG] [--tuning-only] [--json-out benchmarks/results/collectives.json]
 
 ``DIR`` defaults to ../shared/nccl next to the repository, else tests/data/nccl (a copy).
 ``--json-out`` writes each table's figures (`summary`), from which docs/generate.py renders the
-table in docs/hardware.md and benchmarks/gates.json's bounds are checked. Targets: median <= 15% and p90 <=
-35% on tables whose system matches a bundled spec (``match`` column).
+table in docs/hardware.md and benchmarks/gates.json's bounds are checked. Targets: median <= 15%
+and p90 <= 35% on tables whose system matches a bundled spec (``match`` column), and median <=
+15% in each size band a table has rows in.
 """
 
 from __future__ import annotations
@@ -81,10 +84,19 @@ class Result:
     gpus_per_thread: int = 1
     #: median signed time error per `BANDS` label (None: no row in the band)
     bias: dict[str, float | None] = field(default_factory=dict)
+    #: median |time error| per `BANDS` label (None: no row in the band)
+    band_error: dict[str, float | None] = field(default_factory=dict)
+
+    def band_passed(self, label: str) -> bool | None:
+        """The band's median |time error| within the median target; None without rows there
+        (a table of large messages only is no evidence for small ones)."""
+        e = self.band_error.get(label)
+        return None if e is None else e <= MEDIAN_TARGET
 
     @property
     def passed(self) -> bool:
-        return self.median <= MEDIAN_TARGET and self.p90 <= P90_TARGET
+        return (self.median <= MEDIAN_TARGET and self.p90 <= P90_TARGET
+                and all(self.band_passed(b[0]) is not False for b in BANDS))
 
 
 def _ranks(doc: dict, table: Table) -> int:
@@ -119,8 +131,8 @@ def _ranks_from_rows(doc: dict) -> int | None:
 def infer_table(doc: dict) -> Table | None:
     """A table's mapping from its own fields: the bundled spec of its GPU, the NIC bandwidth per GPU where it differs from the spec's (nodes > 1),
     the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), and
-    ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX or the GPU a PCIe / NVL
-    variant, and the run's -g
+    ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX (on more than one node:
+    a single node uses no NIC) or the GPU a PCIe / NVL variant, and the run's -g
     (`_gpus_per_thread`). None without a bundled spec for the GPU."""
     hw = doc.get("hardware") or {}
     gpu = str(hw.get("gpu") or "")
@@ -129,10 +141,12 @@ def infer_table(doc: dict) -> Table | None:
         return None
     spec = load_spec(name)
     sets: list[str] = []
-    match = (not any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS)
+    nodes = int(hw.get("nodes") or 1)
+    # one node uses no NIC: its cluster's fabric says nothing about the run
+    match = (not (nodes > 1 and any(f in str(hw.get("nic_type") or "") for f in _OTHER_FABRICS))
              and not _OTHER_GPUS.search(gpu))
     nics, gbps, gpn = hw.get("nics_per_node"), hw.get("nic_gbps"), hw.get("gpus_per_node") or 8
-    if nics and gbps and int(hw.get("nodes") or 1) > 1:
+    if nics and gbps and nodes > 1:
         per_gpu = float(nics) * float(gbps) / 8 / float(gpn)
         if abs(per_gpu - float(spec.value("network.inter_node_GBps"))) > 1e-9:
             sets.append(f"network.inter_node_GBps={per_gpu:g}")
@@ -164,20 +178,26 @@ def _row_op(row: dict, op: str) -> str:
     return normalize_op(str(row.get("op") or op))
 
 
-def validate_table(path: Path) -> Result | None:
-    """Predict every row of one table (mapped by `infer_table`); None for a table of a GPU
-    without a bundled spec."""
+def validate_table(path: Path, overrides: tuple[str, ...] = ()) -> Result | None:
+    """Predict every row of one table (mapped by `infer_table`; ``overrides`` are further
+    ``--set`` values, as the fitting script passes); None for a table of a GPU without a
+    bundled spec."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     table = infer_table(doc)
     if table is None:
         return None
     ranks, op = _ranks(doc, table), normalize_op(str(doc.get("op")))
     rpn = int((doc.get("hardware") or {}).get("gpus_per_node") or 8)
-    spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}"])
+    spec = load_spec(table.spec, [*table.sets, f"network.ranks_per_node={rpn}", *overrides])
     rows = [r for r in doc.get("rows") or [] if r.get("bytes") is not None
             and _row_op(r, op) in NCCL_TESTS_OPS]
     g = table.gpus_per_thread
-    pred = [nccl_tests_rows(spec, _row_op(r, op), ranks, [int(r["bytes"])], g)[0] for r in rows]
+    pred: list = [None] * len(rows)
+    for row_op in {_row_op(r, op) for r in rows}:  # one vectorised call per collective
+        at = [i for i, r in enumerate(rows) if _row_op(r, op) == row_op]
+        got = nccl_tests_rows(spec, row_op, ranks, [int(rows[i]["bytes"]) for i in at], g)
+        for i, p in zip(at, got):
+            pred[i] = p
     timed = all(r.get("time_us") is not None for r in rows)
     metric = "time_us" if timed else "busbw"
     points, errs = [], []
@@ -189,17 +209,21 @@ def validate_table(path: Path) -> Result | None:
         signed = (got / meas if timed else meas / got) - 1 if meas > 0 and got > 0 else 0.0
         errs.append(err)
         points.append({"bytes": int(r["bytes"]), "measured": meas, "predicted": got,
+                       "predicted_us": p.time_us,
+                       "measured_us": p.time_us / (1 + signed) if signed > -1 else None,
                        "measured_busbw": float(r["busbw"]) if r.get("busbw") is not None else None,
                        "predicted_busbw": p.busbw_GBps, "algorithm": p.algorithm,
                        "protocol": p.protocol, "bound": p.bound, "rel_error": err,
                        "time_error": signed})
     e = np.array(errs) if errs else np.zeros(1)
-    bias = {}
+    bias, band_error = {}, {}
     for label, lo, hi in BANDS:
         band = [q["time_error"] for q in points if lo <= q["bytes"] < hi]
         bias[label] = float(np.median(band)) if band else None
+        band_error[label] = float(np.median(np.abs(band))) if band else None
     return Result(path.stem, table.spec, table.sets, op, ranks, metric, table.match, len(rows),
-                  float(np.median(e)), float(np.percentile(e, 90)), points, g, bias)
+                  float(np.median(e)), float(np.percentile(e, 90)), points, g, bias,
+                  band_error)
 
 
 def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
@@ -217,7 +241,7 @@ def validate_dir(directory: Path) -> tuple[list[Result], list[str]]:
 def summary(results: list[Result]) -> list[dict]:
     """Each table's figures without its rows (what the docs and the gates read)."""
     keys = ("name", "spec", "sets", "op", "ranks", "metric", "match", "rows", "median", "p90",
-            "gpus_per_thread", "bias")
+            "gpus_per_thread", "bias", "band_error")
     return [{k: list(v) if isinstance(v := getattr(r, k), tuple) else v for k in keys}
             | {"passed": r.passed} for r in results]
 
@@ -236,6 +260,13 @@ def render(results: list[Result]) -> str:
                      f"{verdict:<6} {r.gpus_per_thread:>2}{bias}  {' '.join(r.sets)}")
     lines.append(f"{'':<46} time error by size (median of predicted / measured time - 1; "
                  "negative: the model is faster)")
+    matching = [r for r in results if r.match]
+    lines.append(f"matching tables within target (median, p90 and every band's median |time "
+                 f"error|): {sum(r.passed for r in matching)}/{len(matching)}")
+    lines.append("band median |time error| <= 15%, matching tables with rows in the band: "
+                 + "; ".join(f"{label} {sum(r.band_passed(label) is True for r in matching)}/"
+                             f"{sum(r.band_passed(label) is not None for r in matching)}"
+                             for label, _, _ in BANDS))
     return "\n".join(lines)
 
 
@@ -265,11 +296,77 @@ def figure(results: list[Result], out: Path) -> None:
     fig.savefig(out, dpi=90)
 
 
+#: NCCL's tuning model alone: the calibrated terms set to what no calibration gives (no pipeline
+#: fill; the grouped launch at the spec's per-kernel launch cost)
+TUNING_ONLY = ("comm.fill_chunks=0",)
+
+
+def tuning_only(directory: Path) -> list[Result]:
+    """`validate_dir` with NCCL's tuning model alone (`TUNING_ONLY`, and each spec's
+    ``host.kernel_launch_us`` as the grouped launch cost): the comparison the calibrated
+    terms are judged against."""
+    out = []
+    for p in sorted(directory.glob("*.json")):
+        t = infer_table(json.loads(p.read_text(encoding="utf-8")))
+        if t is None:
+            continue
+        launch = load_spec(t.spec).value("host.kernel_launch_us")
+        r = validate_table(p, (*TUNING_ONLY, f"comm.group_launch_us={launch}"))
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def band_figure(results: list[Result], before: list[Result], out: Path) -> None:
+    """Predicted vs measured time per size band over the matching tables, NCCL's tuning model
+    alone (``before``) and with the calibrated terms (matplotlib OO API)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, (label, lo, hi) in enumerate(BANDS):
+        ax = fig.add_subplot(1, len(BANDS), i + 1)
+        title, seen = [label], []
+        for runs, style, name in ((before, dict(marker="o", mfc="none", color="0.55", ls=""),
+                                   "tuning model"),
+                                  (results, dict(marker=".", color="C0", ls=""), "calibrated")):
+            pts = [q for r in runs if r.match for q in r.points
+                   if lo <= q["bytes"] < hi and q["measured_us"]]
+            if not pts:
+                continue
+            x = np.array([q["measured_us"] for q in pts])
+            y = np.array([q["predicted_us"] for q in pts])
+            ax.plot(x, y, ms=4, label=name, **style)
+            seen += [*x, *y]
+            title.append(f"{name}: median |err| {np.median(np.abs(y / x - 1)):.0%}")
+        if not seen:
+            continue
+        ref = np.geomspace(min(seen), max(seen))
+        ax.plot(ref, ref, "k-", lw=0.8)
+        ax.fill_between(ref, ref * 0.85, ref * 1.15, color="0.9", zorder=0)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured time (us)", fontsize=8)
+        ax.set_ylabel("predicted time (us)", fontsize=8)
+        ax.set_title("\n".join(title), fontsize=8)
+        ax.tick_params(labelsize=7)
+        if i == 0:
+            ax.legend(fontsize=7)
+    fig.savefig(out, dpi=90)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--figure", type=Path, default=None)
+    ap.add_argument("--tuning-only", action="store_true",
+                    help="NCCL's tuning model alone: no pipeline fill, the grouped launch at "
+                         "host.kernel_launch_us (the comparison for the calibrated terms)")
+    ap.add_argument("--band-figure", type=Path, default=None,
+                    help="PNG: predicted vs measured time by size band, tuning model alone and "
+                         "with the calibrated terms")
     ap.add_argument("--json-out", type=Path, default=None,
                     help="write each table's figures here (benchmarks/results/collectives.json)")
     a = ap.parse_args(argv)
@@ -277,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.dir}: no such directory of nccl-tests tables; pass one", file=sys.stderr)
         return 2
     results, skipped = validate_dir(a.dir)
+    if a.tuning_only:
+        results = tuning_only(a.dir)
     if skipped:
         print(f"skipped (no bundled spec for the GPU): {', '.join(skipped)}", file=sys.stderr)
     if a.format == "json":
@@ -286,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(results))
     if a.figure:
         figure(results, a.figure)
+    if a.band_figure:
+        band_figure(results, tuning_only(a.dir), a.band_figure)
     if a.json_out:
         a.json_out.write_text(json.dumps(summary(results), indent=1) + "\n", encoding="utf-8")
     return 0

@@ -199,7 +199,7 @@ def describe(selector: str, events: pa.Table | None = None) -> str:
     if "kind" in terms:
         k = terms["kind"][0]
         return ("runtime calls (own time, not their kernels)" if k == "runtime"
-                else f"{k} work (kind)")
+                else f"every {k} event")
     if "name" in terms:
         own = ""
         if events is not None:
@@ -219,13 +219,18 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
     """The top ``top`` groups by busy time, each replayed ``speedup``x faster and at zero cost;
     rows sorted by the gain of the speedup (largest first)."""
     base = p.step_mean()
+    is_dev = p.events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
     groups = []
     for dim, sel in candidate_groups(p, by):
         w = parse_whatif(f"{sel}:x1")
         mask = select(p.events, p.graph, w)
         if not mask.any():
             continue
-        groups.append((dim, sel, p.busy(nested(p.events, p.graph, mask))))
+        full = nested(p.events, p.graph, mask)
+        # host ops that bring device work with them (their launches' kernels): say so
+        brings = dim != "scope" and bool((full & ~mask & is_dev).any()) \
+            and not is_dev[mask].any()
+        groups.append((dim, sel, p.busy(full), brings))
     step = p.events.column("step").to_numpy()
     nsteps = max(len(np.unique(step[step >= 0])), 1)
     groups.sort(key=lambda t: -t[2])
@@ -233,12 +238,13 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
     rows: dict[str, list] = {"group": [], "selects": [], "by": [], "busy_us": [], "step_us": [],
                              f"step_{speedup:g}x_us": [], f"gain_{speedup:g}x_us": [],
                              "step_zero_us": [], "gain_zero_us": []}
-    for dim, sel, busy in groups:
+    for dim, sel, busy, brings in groups:
         terms = parse_whatif(f"{sel}:x1").terms
         fast = p.predict([WhatIf(sel, terms, Change("scale", 1.0 / speedup))])
         zero = p.predict([WhatIf(sel, terms, Change("scale", 0.0))])
         rows["group"].append(sel)
-        rows["selects"].append(describe(sel, p.events))
+        rows["selects"].append(describe(sel, p.events)
+                               + (" and the device work they launch" if brings else ""))
         rows["by"].append(dim)
         rows["busy_us"].append(busy / nsteps)
         rows["step_us"].append(base)

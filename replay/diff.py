@@ -276,8 +276,21 @@ def wait_returns(p: Prepared) -> tuple[np.ndarray, np.ndarray]:
 
 def _self_time(p: Prepared) -> np.ndarray:
     o = p.owners.owner
-    own = p.owners.host_gap & ~p.owners.wait & (o >= 0)
+    own = p.owners.host_gap & ~waits(p) & (o >= 0)
     return np.bincount(o[own], weights=p.graph.gap[own], minlength=p.graph.n)
+
+
+def waits(p: Prepared) -> np.ndarray:
+    """Per chain position: its gap is a wait's return latency (a cross-track edge lands there
+    and the gap is no longer than that edge's lag). A wait that returned at once, the thread
+    busy until just before (lag 0), leaves the thread's own time in the gap: not a wait."""
+    g = p.graph
+    lag_in = np.full(len(g.order), -np.inf)
+    if len(g.dst_pt):
+        pos = np.empty(2 * g.n, dtype=np.int64)
+        pos[g.order] = np.arange(len(g.order))
+        np.maximum.at(lag_in, pos[g.dst_pt], g.lag)
+    return p.owners.wait & (g.gap <= lag_in + 1e-9)
 
 
 def _carries(p: Prepared) -> np.ndarray:
@@ -347,7 +360,7 @@ def _gaps_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
     ok = (new_of[p // 2] >= 0) & (new_of[q // 2] >= 0)
     kn = np.where(ok, pos_n[2 * np.maximum(new_of[p // 2], 0) + p % 2], 0)
     qn = np.where(ok, pos_n[2 * np.maximum(new_of[q // 2], 0) + q % 2], 0)
-    ok &= (kn == qn + 1) & ~starts_n[kn] & pn.owners.host_gap[kn] & ~pn.owners.wait[kn]
+    ok &= (kn == qn + 1) & ~starts_n[kn] & pn.owners.host_gap[kn] & ~waits(pn)[kn]
     k = np.flatnonzero(ok) + 1
     out[k] = gn.gap[kn[ok]]
     return out
@@ -362,7 +375,7 @@ def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
     sm = mask & np.isfinite(tp.self_new)
     gap = pb.graph.gap.astype(np.float64, copy=True)
     o = pb.owners.owner
-    own = pb.owners.host_gap & ~pb.owners.wait & (o >= 0)
+    own = pb.owners.host_gap & ~waits(pb) & (o >= 0)
     own &= sm[np.where(o >= 0, o, 0)]
     pos = np.flatnonzero(own)
     ev = o[pos]

@@ -11,8 +11,8 @@ every shard of a distributed one (`replay.distributed.shard`), so the two cannot
   ``strict`` drops it);
 - ``cost``: the model prices `costing_input` (measured durations corrected so a model prices
   work, not waiting: a matched collective instance's duration becomes its transfer part, a host
-  synchronize call's and a launch blocked by a full queue's their return latency, a device sync
-  marker costs nothing);
+  synchronize call's, a launch blocked by a full queue's and an op waiting on another thread's
+  their return latency, a device sync marker costs nothing);
 - ``schedule``: `replay.scheduler.schedule` (a shard schedules with its ghosts' arrivals as
   their base times, and repeats until the arrivals are the fixed point);
 - ``overlap``: the overlap-slowdown correction (`CostModel.overlap_slowdown`, s > 0): each
@@ -108,9 +108,9 @@ def costing_input(events: pa.Table, g: Graph) -> pa.Table:
     dur[m] = g.transfer_us[m]
     m = np.isfinite(g.sync_lag)
     dur[m] = g.sync_lag[m]
-    if g.queue_lag is not None:
-        m = np.isfinite(g.queue_lag)
-        dur[m] = g.queue_lag[m]
+    if g.wait_lag is not None:
+        m = np.isfinite(g.wait_lag)
+        dur[m] = g.wait_lag[m]
     dur[device_waits(events)] = 0.0
     i = events.schema.get_field_index("dur_us")
     out = events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))

@@ -15,9 +15,10 @@ NO_LATENCY = [f"network.{c}_{a}_{p}_us=0" for c in ("intra", "inter") for a in (
               for p in ("ll", "ll128", "simple")] + [
     f"comm.{a}_base_{p}_us=0" for a in ("ring", "tree") for p in ("ll", "ll128", "simple")] + [
     "comm.post_us=0"]
-#: A one-rack offloaded spec with round numbers: 100 GB/s = 1e5 B/us, no latency, no posts.
+#: A one-rack offloaded spec with round numbers: 100 GB/s = 1e5 B/us, no latency, no posts, no
+#: pipeline fill (the calibrated as-run term; tests/test_collectives.py covers it).
 PLAIN = ["network.intra_node_GBps=100", "comm.intra_efficiency=1", "network.inter_node_GBps=10",
-         "comm.inter_efficiency=1", *NO_LATENCY]
+         "comm.inter_efficiency=1", *NO_LATENCY, "comm.fill_chunks=0"]
 
 
 def events(rows: list[dict]) -> pa.Table:  # noqa: F821
@@ -76,7 +77,8 @@ def test_express_doorbell_saving_40_rank_all_to_all() -> None:
 
 def test_hierarchical_allreduce_by_hand() -> None:
     spec = load_spec("h100", ["comm.intra_efficiency=1", "comm.inter_efficiency=1",
-                              "comm.algorithm=hierarchical", "comm.protocol=simple", *NO_LATENCY])
+                              "comm.algorithm=hierarchical", "comm.protocol=simple", *NO_LATENCY,
+                              "comm.fill_chunks=0"])
     c = model_for(spec).cost(events([coll("all_reduce", 16e6, 16)]))
     # L=8, N=2: 2*(7/8)*n over NVLink 450 GB/s + 2*(1/2)*(n/8) over the 50 GB/s NIC
     want = 2 * 7 / 8 * 16e6 / 450e3 + 2 * 0.5 * 2e6 / 50e3
@@ -109,6 +111,22 @@ def test_copies_and_embedding() -> None:
     assert c.fetch_us[1] > 1e8 / (3350e3 * 0.8)          # gathers slower than streaming
 
 
+def test_embedding_backward_priced_at_its_own_efficiency() -> None:
+    """The TBE backward (fused optimizer update) moves its bytes at the spec's backward
+    fraction of HBM peak, the forward at the forward one: with the cache off, the time ratio of
+    two equal-byte kernels is the ratio of the two fractions."""
+    fwd = "fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel"
+    bwd = "fbgemm_gpu::split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel"
+    rows = [dict(kind="embedding", name=fwd, bytes_read=1e8),
+            dict(kind="embedding", name=bwd, bytes_read=1e8)]
+    for f, b in ((0.5, 0.25), (0.8, 0.4)):
+        spec = load_spec("h100", ["cache.capacity_MB=0.000001", f"hbm.gather_efficiency={f}",
+                                  f"hbm.gather_backward_efficiency={b}"])
+        c = model_for(spec, mode="roofline").cost(events(rows))
+        t = c.compute_us + c.fetch_us
+        assert t[1] / t[0] == pytest.approx(f / b, rel=1e-6)
+
+
 def test_scaled_mode_keeps_measured_inefficiency() -> None:
     ev = events([dict(kind="elementwise", bytes_read=1e6, dur_us=100.0),
                  dict(kind="elementwise", dur_us=50.0)])  # no bytes: the kind's peak ratio
@@ -125,18 +143,19 @@ def test_auto_mode_recorded() -> None:
     assert "hbm.efficiency" in c.notes["assumed"]
 
 
-def test_cpu_only_trace_prices_leaf_ops() -> None:
+def test_cpu_only_trace_keeps_host_ops_as_host_cost() -> None:
     rows = [dict(kind="host_op", is_device=False, dur_us=500.0, name="aten::linear"),
             dict(kind="gemm", is_device=False, dur_us=400.0, flops=1e9, dtype="float",
                  parent_id=0, name="aten::addmm"),
             dict(kind="elementwise", is_device=False, dur_us=30.0, name="aten::relu"),
             dict(coll("allreduce_", 1e6, 2), is_device=False)]
-    c = model_for("mtia300").cost(events(rows))
-    assert c.host_us[0] == 500.0                          # parent keeps measured time
-    assert c.compute_us[1] == pytest.approx(1e9 / (300e6 * 0.75))
-    assert c.host_us[1] == 1.0                            # one kernel launch on the target
-    assert c.host_us[2] == 30.0                           # no flops/bytes: measured
-    assert c.collective_us[3] > 0 and c.resource[3] == 0
+    for hw in ("mtia300", "h100"):
+        c = model_for(hw).cost(events(rows))
+        # every host op keeps its measured time as host cost, whatever its flops
+        assert c.host_us[:3].tolist() == [500.0, 400.0, 30.0]
+        assert c.compute_us[:3].tolist() == [0.0, 0.0, 0.0]
+        assert c.collective_us[3] > 0 and c.resource[3] == 0  # collectives: the target's
+        assert "only through launch and collective latencies" in str(c.notes["cpu_only"])
 
 
 def _random_collectives(n: int = 300, seed: int = 3):

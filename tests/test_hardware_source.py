@@ -35,7 +35,11 @@ def _trace(*names: str, ev=None) -> SimpleNamespace:  # noqa: ANN001
     ("ARTEMIS", "mtia200"), ("Meta MTIA 200 (MTIA v2 / 2i, inference, for context)", "mtia200"),
     ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA A100-PG509-200", "a100"),
     ("NVIDIA DGX A100", "a100"),  # what `synth --source-hw a100` declares
-    ("Tesla V100-SXM2-32GB", None), ("AMD Radeon Graphics", None), ("", None),
+    ("Tesla V100-SXM2-32GB", "v100"), ("Tesla V100-PCIE-16GB", "v100"),
+    ("NVIDIA DGX-1 (V100 SXM2)", "v100"), ("NVIDIA B200", "b200"),
+    ("NVIDIA DGX/HGX B200", "b200"), ("NVIDIA GB200", "gb200"),
+    ("NVIDIA GB200 NVL72", "gb200"),
+    ("AMD Radeon Graphics", None), ("", None),
 ])
 def test_spec_for_device(name: str, spec: str | None) -> None:
     assert spec_for_device(name) == spec
@@ -45,8 +49,8 @@ def test_detect_source_unique_or_none() -> None:
     assert detect_source(_trace("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")) == "h100"
     assert detect_source(_trace("NVIDIA H100 80GB HBM3", "Meta MTIA 300")) is None  # mixed
     assert detect_source(_trace()) is None
-    src, why = resolve_source(_trace("Tesla V100-SXM2-32GB"))
-    assert src is None and "V100" in why and "--source-hw" in why
+    src, why = resolve_source(_trace("AMD Instinct MI250X"))
+    assert src is None and "MI250X" in why and "--source-hw" in why
     assert resolve_source(_trace("Tesla V100-SXM2-32GB"), "h100") == ("h100", "--source-hw h100")
 
 
@@ -113,3 +117,22 @@ def test_every_bundled_spec_detects_from_what_synth_declares() -> None:
     for name in list_specs():
         head = str(load_spec(name).description).split(":")[0]
         assert spec_for_device(head) == name, (name, head)
+
+
+HTA_V100 = (Path(__file__).resolve().parents[2] / "shared" / "traces" / "real" / "hta"
+            / "df_index_resolver" / "df_index_resolver.json.gz")
+
+
+@pytest.mark.skipif(not HTA_V100.exists(), reason="needs ../shared/traces/real/hta")
+def test_hta_v100_trace_is_costed_scaled_on_its_own_spec() -> None:
+    """HTA's V100 trace names its device "Tesla V100-SXM2-32GB": detected as v100, so a replay
+    on another target scales every measured kernel (was: no source, roofline pricing only
+    the few kernels with recorded flops/bytes)."""
+    from mtia_trace.ingest import load
+
+    tr = load(HTA_V100)
+    ev, src, _ = with_source(tr)
+    assert src == "v100"
+    costs = model_for("h100").cost(ev)
+    assert costs.notes["mode"] == "scaled"
+    assert costs.notes["source_hw"] == "v100"

@@ -86,8 +86,10 @@ def test_diff_json_shape(cli) -> None:
     assert set(d) == {"base_step_us", "new_step_us", "predicted_step_us", "error",
                       "base_replayed_step_us", "predicted_change_us", "matched_fraction",
                       "matched_events", "unmatched_base", "unmatched_new", "attribution",
-                      "contributions", "notes"}
+                      "contributions", "steps", "base_spread_us", "new_spread_us", "noise_us",
+                      "change_within_noise", "notes"}
     assert all(set(c) == {"group", "delta_us"} for c in d["contributions"])
+    assert all(set(s) == {"base_us", "new_us", "predicted_us", "error"} for s in d["steps"])
     assert d["matched_fraction"] == 1.0 and d["predicted_change_us"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -95,7 +97,7 @@ def test_synth(cli, tmp_path: Path) -> None:
     d = _json(cli, "synth", "--preset", "dlrm-dcnv2", "--ranks", "2", "--batch", "256",
               "--steps", "1", "-o", tmp_path / "t")
     assert set(d) == {"out_dir", "files", "model", "ranks", "sharding", "batch", "host_overhead",
-                      "events", "bytes"}
+                      "events", "bytes", "rank_load", "load_imbalance"}
     assert d["ranks"] == 2 and len(d["files"]) == 2 and d["batch"] == 256
     assert all((tmp_path / "t" / f).is_file() for f in d["files"])
     assert d["bytes"] == sum((tmp_path / "t" / f).stat().st_size for f in d["files"])

@@ -343,3 +343,9 @@ def test_profile_skips_profiler_spans_as_scopes() -> None:
                                 pa.array(names[:i] + [span] + names[i + 1:]))
         groups = candidate_groups(prepare(renamed), ("scope",))
         assert not [s for _, s in groups if "MTIA" in s], span
+
+
+def test_profile_says_when_host_ops_bring_their_kernels() -> None:
+    rows = {r["group"]: r["selects"] for r in causal_profile(_prepared(str(GPU)), top=40).to_pylist()}
+    assert rows["kind=host_op"] == "every host_op event and the device work they launch"
+    assert rows["kind=gemm"] == "every gemm event"

@@ -61,7 +61,7 @@ def show(
     name: str = typer.Argument(..., help="Bundled spec name or a .toml path."),
     overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                         help="Override a value (repeatable), shown as 'override'."),
-    assumed_only: bool = typer.Option(False, "--assumed", help="Show only assumed / overridden values."),
+    assumed_only: bool = typer.Option(False, "--assumed", help="Show only calibrated, assumed and overridden values."),
     vs: str = typer.Option(None, "--vs", metavar="SPEC",
                            help="Also list the collective-model values that differ from SPEC "
                                 "(what drives a comparison between the two)."),

@@ -26,8 +26,10 @@ def synth(
     ranks: int | None = typer.Option(None, "--ranks", help="Ranks (default: the model's)."),
     steps: int = typer.Option(2, "--steps", help="Profiler steps per rank."),
     batch: int | None = typer.Option(None, "--batch", help="Global batch per step (default: the model's)."),
-    sharding: str | None = typer.Option(None, "--sharding", help="Embedding sharding: tw, rw, cw, "
-                                        "twrw or dp (default: the model's)."),
+    sharding: str | None = typer.Option(None, "--sharding", help="Embedding sharding: auto (tables "
+                                        "balanced by lookup bytes, the heaviest split column-wise), "
+                                        "tw (whole tables, naive), rw, cw, twrw or dp (default: the "
+                                        "model's)."),
     phase: str = typer.Option("train", "--phase",
                               help="train, or infer (forward only)."),
     old_mode: str = typer.Option(None, "--mode", hidden=True,
@@ -56,11 +58,16 @@ def synth(
     if fmt is PrintFormat.json:
         print_json({"out_dir": res.out_dir, "files": [f.name for f in res.files],
                     "model": m.name, "ranks": m.ranks, "sharding": m.sharding, "batch": m.batch,
-                    "host_overhead": m.host_overhead, "events": res.events, "bytes": res.bytes})
+                    "host_overhead": m.host_overhead, "events": res.events, "bytes": res.bytes,
+                    "rank_load": list(res.rank_load), "load_imbalance": res.load_imbalance})
         return
     typer.echo(f"wrote {len(res.files)} trace(s) to {res.out_dir}: {m.name}, {m.ranks} ranks,"
                f" {m.sharding}, batch {m.batch}, {m.host_overhead} host overhead, {res.events}"
                f" events, {res.bytes / 1e6:.2f} MB")
+    if m.ranks > 1:
+        typer.echo(f"embedding load per rank (elements gathered per step): max / mean"
+                   f" {res.load_imbalance:.3f} (min {min(res.rank_load):,}, max"
+                   f" {max(res.rank_load):,})")
 
 
 synth.__doc__ = (

@@ -1,7 +1,8 @@
 """Durations on the source hardware, from a `replay.hardware` spec.
 
-Kernels: roofline, ``max(flops / (peak * eff), bytes / (hbm * eff_mem))``, embedding gathers at
-the spec's random-access efficiency. Collectives: the replay's own alpha-beta model
+Kernels: roofline, ``max(flops / (peak * eff), bytes / (hbm * eff_mem))``, embedding kernels at
+the spec's measured TBE efficiency of their direction (forward gather; backward with the fused
+optimizer update). Collectives: the replay's own alpha-beta model
 (`replay.hardware.collectives.collective_costs`, HARDWARE.md 2.4) on the bytes, group and
 placement the trace records for each rank, plus the NIC post cost it charges; each rank's
 collectives hold the pool of the links they cross (in-node links or NICs; message engines when
@@ -80,7 +81,8 @@ class SourceHardware:
     eff_gemm: float
     eff_other: float
     hbm: float         # B/us, streaming
-    gather: float      # B/us, random rows
+    gather: float      # B/us, random rows (embedding forward)
+    gather_backward: float  # B/us, embedding backward with its fused optimizer update
     launch_us: float
     ranks_per_node: int
     device_name: str
@@ -112,6 +114,7 @@ class SourceHardware:
             eff_other=float(g("compute.efficiency_other", v("compute.efficiency_gemm"))),
             hbm=hbm * float(v("hbm.efficiency")),
             gather=hbm * float(v("hbm.gather_efficiency")),
+            gather_backward=hbm * float(v("hbm.gather_backward_efficiency")),
             launch_us=float(v("host.kernel_launch_us")),
             ranks_per_node=int(v("network.ranks_per_node")),
             device_name=str(getattr(spec, "description", name)).split(":")[0],
@@ -128,6 +131,8 @@ class SourceHardware:
         flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)
         if kind == "embedding":
             t = nbytes / self.gather
+        elif kind == "embedding_backward":
+            t = nbytes / self.gather_backward
         elif kind == "gemm":
             peak = self.peak_bf16 if bf16 else self.peak_fp32
             t = np.maximum(flops / (peak * self.eff_gemm), nbytes / self.hbm)

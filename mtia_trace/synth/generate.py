@@ -52,6 +52,14 @@ class SynthResult:
     bytes: int               # compressed bytes, all ranks
     model: Model
     estimate: Estimate
+    #: per-rank embedding work (elements gathered per step) of the sharding plan
+    rank_load: tuple[int, ...] = ()
+
+    @property
+    def load_imbalance(self) -> float:
+        """Most-loaded rank's embedding work over the mean (1.0: even)."""
+        mean = sum(self.rank_load) / len(self.rank_load) if self.rank_load else 0.0
+        return max(self.rank_load) / mean if mean > 0 else 1.0
 
 
 def resolve_model(opts: SynthOptions) -> Model:
@@ -116,7 +124,8 @@ def synthesize(opts: SynthOptions, out_dir: str | Path, force: bool = False,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SynthResult(out, tuple(out / f.name for f in files), nev, total, model, est)
+    return SynthResult(out, tuple(out / f.name for f in files), nev, total, model, est,
+                       tuple(int(x) for x in p.tbe_gather))
 
 
 def is_trace_dir(path: Path) -> bool:

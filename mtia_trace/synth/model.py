@@ -13,7 +13,7 @@ INTERACTIONS = ("dot", "dcn")
 DTYPES = {"float": (4, "Float"), "c10::BFloat16": (2, "BFloat16"), "c10::Half": (2, "Half")}
 DTYPE_ALIASES = {"float": "float", "fp32": "float", "float32": "float", "bf16": "c10::BFloat16",
                  "bfloat16": "c10::BFloat16", "fp16": "c10::Half", "float16": "c10::Half"}
-SHARDINGS = ("tw", "rw", "cw", "twrw", "dp")
+SHARDINGS = ("auto", "tw", "rw", "cw", "twrw", "dp")
 #: host overhead per op: ``eager`` PyTorch (Python + dispatcher + one launch call per kernel)
 #: or ``graph`` (the step captured as a CUDA graph: kernels replayed at graph-node cost)
 HOST_OVERHEADS = ("eager", "graph")

@@ -12,8 +12,15 @@ below is from the named source or labelled *assumed* here, in `synth --help` and
   8 GPUs (6912 per GPU), USE_MIXED_PRECISION=true with a loss scaler (FP16 dense compute,
   activations, pooled embeddings and their communication), one fused TBE per rank with the
   row-wise Adagrad update in its backward, the step launched as a CUDA graph (graph-node launch
-  cost, `costing.GRAPH_NODE_LAUNCH_US`). Assumed: FP32 embedding tables (the submission's table
-  precision is not in its config), table-wise sharding (the submission's planner is "auto").
+  cost, `costing.GRAPH_NODE_LAUNCH_US`). FP32 embedding tables: the submission's planner
+  (sharding/generate_plan.py) budgets 8 bytes per element under Adagrad, an FP32 weight and its
+  FP32 accumulator, and holds every table in HBM (its per-GPU cap, memory_cap_for_embedding,
+  is 60 GB; the tables take 204,184,588 rows x 128 x 8 B / 8 GPUs = 26 GB each): no host-memory
+  cache, only the GPU's L2 (the replay's cache model). Sharding ``auto``: the submission's
+  planner (SHARDING_PLAN=auto, sharding/planner.py) balances tables by hotness across GPUs and
+  splits the hottest ones; the ``auto`` planner here does the same with column shards
+  (``--sharding tw`` is the naive table-wise plan). Assumed: the row-wise Adagrad update (HugeCTR keeps an accumulator per
+  element; the model's backward is FBGEMM's row-wise update).
 - ``rec-150b``: the 150 B-parameter recommender on 40 accelerators of the MTIA 300 disclosure
   (Aug-2026), whose model is not described; all of its sizes are assumed, from DCNv2: the 26
   DCNv2 tables taken 4 times (104 tables, so embedding communication grows with the model and
@@ -63,11 +70,13 @@ PRESETS: dict[str, Model] = {
         doc="Criteo Kaggle DLRM: 26 one-hot tables dim 16, bottom 13-512-256-64-16, top 512-256-1,"
             " dot interaction, batch 128, 1 rank, FP32, eager"),
     "dlrm-dcnv2": _dcnv2(
-        "dlrm-dcnv2", DCNV2_ROWS, DCNV2_POOLING, MLPERF_DCNV2_BATCH, MLPERF_DCNV2_GPUS, "tw",
+        "dlrm-dcnv2", DCNV2_ROWS, DCNV2_POOLING, MLPERF_DCNV2_BATCH, MLPERF_DCNV2_GPUS, "auto",
         "MLPerf DLRM-DCNv2 as the 8-GPU submission runs it: 26 tables dim 128 (<= 40M rows), 214"
         " lookups/sample, bottom 512-256-128, DCN 3 x rank 512, top 1024-1024-512-256-1; batch"
         " 55296 on 8 ranks (NVIDIA config_DGXH100_1x8x6912), FP16 mixed precision, fused TBE,"
-        " CUDA-graph launches; assumed: FP32 tables, tw sharding"),
+        " CUDA-graph launches, FP32 tables (the submission's planner budgets FP32 weight and"
+        " accumulator), auto sharding (balanced by lookup bytes, heaviest tables split"
+        " column-wise, as the submission's planner balances hotness)"),
     "rec-150b": _dcnv2(
         "rec-150b", _rec150b_rows(), DCNV2_POOLING * REC150B_TABLE_COPIES,
         MLPERF_DCNV2_BATCH // MLPERF_DCNV2_GPUS * REC150B_RANKS, REC150B_RANKS, "twrw",

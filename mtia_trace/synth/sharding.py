@@ -4,6 +4,13 @@ Per sharding (HARDWARE.md 1j):
 - ``tw``: a table per rank (balanced by lookups x dim); KJT lengths/values all-to-all, pooled
   all-to-all forward, its transpose backward.
 - ``cw``: tables split into column shards placed like tables; collectives as ``tw``.
+- ``auto``: a planner's choice, as TorchRec's and HugeCTR's planners make it: each table's cost
+  is its lookups x dim (the bytes its kernels move), the heaviest tables are split column-wise
+  (2, 4, ... shards of at least `MIN_SHARD_DIM` columns) and the shards placed greedily on the
+  least-loaded rank, keeping the split that leaves the smallest maximum per-rank load
+  (`balanced_shards`); collectives as ``tw``. Beyond one node it plans hosts the same way and
+  splits each host's shards by rows over the host's ranks, with ``twrw``'s collectives (as
+  HugeCTR's hierarchical planner places tables per node). ``tw`` stays the naive plan.
 - ``rw``: every table split into ``ranks`` row blocks; ids bucketized by block (Zipf skew moves
   them to the first blocks); pooled reduce-scatter forward, all-gather backward.
 - ``twrw``: tables per host, rows split over the host's ranks; intra-host reduce-scatter then
@@ -19,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mtia_trace.errors import UsageError
-from mtia_trace.synth.model import DTYPES, Model
+from mtia_trace.synth.model import DTYPES, SHARDINGS, Model
 
 IDX_DTYPE = ("long int", "Long", 8)   # KJT values (ids)
 LEN_DTYPE = ("int", "Int", 4)         # KJT lengths
@@ -53,6 +60,11 @@ class Collective:
     in_nelems: np.ndarray
     out_nelems: np.ndarray
     matrix: np.ndarray | None = None   # all-to-all only, (ranks, group size)
+
+
+#: Narrowest column shard the ``auto`` planner cuts (FBGEMM's TBE needs dims in multiples of 4;
+#: TorchRec's column-wise sharder cuts shards of a set minimum width); assumed.
+MIN_SHARD_DIM = 16
 
 
 @dataclass
@@ -123,6 +135,51 @@ def assign(cost: np.ndarray, bins: int) -> np.ndarray:
     return out
 
 
+def _place(cost: np.ndarray, table: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy placement of shards (heaviest first) on the least-loaded rank that holds no other
+    shard of the same table; (rank per shard, load per rank)."""
+    load = np.zeros(bins)
+    out = np.empty(len(cost), np.int64)
+    held: list[set[int]] = [set() for _ in range(bins)]
+    for i in sorted(range(len(cost)), key=lambda i: (-cost[i], i)):
+        order = np.lexsort((np.arange(bins), load))
+        b = next((int(b) for b in order if int(table[i]) not in held[b]), int(order[0]))
+        out[i] = b
+        load[b] += cost[i]
+        held[b].add(int(table[i]))
+    return out, load
+
+
+def balanced_shards(pool: np.ndarray, dims: np.ndarray, ranks: int, col_bytes: float,
+                    id_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ``auto`` plan: column shards per table and the rank of every shard.
+
+    A shard's cost is the bytes its lookups move in one step, forward and backward:
+    ``pool x (columns x col_bytes + id_bytes)`` (every column shard of a table reads all of its
+    ids). Starting from whole tables, each round places the shards greedily (`_place`) and then
+    splits the costliest shard that can still be split in two (twice the shards, at most
+    ``ranks``, each at least `MIN_SHARD_DIM` columns wide and the dim divisible). The round
+    with the smallest maximum per-rank cost wins (the fewest splits among equals).
+    """
+    count = np.ones(len(pool), np.int64)
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    for _ in range(4 * len(pool) + 8):
+        table = np.repeat(np.arange(len(pool)), count)
+        per = pool * (dims / count * col_bytes + id_bytes)
+        owner, load = _place(per[table], table, ranks)
+        if len(table) >= ranks and (best is None or load.max() < best[0] * (1 - 1e-9)):
+            best = (float(load.max()), count.copy(), owner)
+        can = ((count * 2 <= ranks) & (dims % (count * 2) == 0)
+               & (dims // (count * 2) >= MIN_SHARD_DIM))
+        if not can.any():
+            break
+        count[int(np.argmax(np.where(can, per, -1.0)))] *= 2
+    if best is None:
+        raise UsageError(f"--sharding auto: {len(pool)} tables cannot be cut into {ranks} column"
+                         f" shards of at least {MIN_SHARD_DIM} columns; use rw, twrw or dp")
+    return best[1], best[2]
+
+
 def local_batch(batch: int, ranks: int) -> int:
     """Each rank's share of the global batch (it must split evenly)."""
     if batch % ranks:
@@ -140,16 +197,23 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
     t_count = len(dims)
     w = world_groups(ranks)
     fb, fdt = model.elem_bytes, _coll_dtype(model)
-    if sharding in ("tw", "cw"):
+    # ``auto`` beyond one node plans per host, as HugeCTR's hier_auto does, and splits each
+    # host's shards by rows over its ranks (table-row-wise)
+    hier = sharding == "auto" and ranks > min(ranks_per_node, ranks)
+    if sharding in ("tw", "cw", "auto") and not hier:
         if sharding == "tw":
             if ranks > t_count:
                 raise UsageError(f"--sharding tw: --ranks {ranks} exceeds the {t_count} tables;"
-                                 " use rw, cw, twrw or dp, or fewer ranks")
+                                 " use auto, rw, cw, twrw or dp, or fewer ranks")
             f_table, f_dim = np.arange(t_count), dims
-        else:
+        elif sharding == "cw":
             c = _cw_shards(dims, ranks, t_count)
             f_table, f_dim = np.repeat(np.arange(t_count), c), np.repeat(dims // c, c)
-        owner = assign(pool[f_table] * f_dim + 1e-12 * rows[f_table], ranks)
+        else:
+            c, owner = balanced_shards(pool, dims, ranks, *_lookup_bytes(model, train))
+            f_table, f_dim = np.repeat(np.arange(t_count), c), np.repeat(dims // c, c)
+        if sharding != "auto":
+            owner = assign(pool[f_table] * f_dim + 1e-12 * rows[f_table], ranks)
         onehot = np.zeros((ranks, len(f_table)), np.int64)
         onehot[owner, np.arange(len(f_table))] = 1
         feats = onehot.sum(1)
@@ -177,27 +241,36 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
                               w, np.full(ranks, batch * d), np.full(ranks, b * d), fdt, fb)]
         p.bwd_output = [_coll("pooled_grads", "_allgather_base", "c10d::_allgather_base_",
                               w, np.full(ranks, b * d), np.full(ranks, batch * d), fdt, fb)]
-    elif sharding == "twrw":
+    elif sharding == "twrw" or hier:
         per = min(ranks_per_node, ranks)
         if ranks % per:
-            raise UsageError(f"--sharding twrw: --ranks {ranks} is not a multiple of the"
+            raise UsageError(f"--sharding {sharding}: --ranks {ranks} is not a multiple of the"
                              f" {per} ranks per node of the source hardware; use a multiple")
         hosts = ranks // per
-        if hosts > t_count:
-            raise UsageError(f"--sharding twrw: {hosts} hosts exceed the {t_count} tables;"
-                             " use rw or dp, or fewer ranks")
-        host_of = assign(pool * dims + 1e-12 * rows, hosts)
-        cnt = split_counts(n_t, block_shares(rows, per, zipf))       # (T, per)
+        if hier:
+            # the planner over hosts, then every host's shards split by rows over its ranks
+            c, host_of = balanced_shards(pool, dims, hosts, *_lookup_bytes(model, train))
+            f_table = np.repeat(np.arange(t_count), c)
+            f_dim = np.repeat(dims // c, c)
+        else:
+            if hosts > t_count:
+                raise UsageError(f"--sharding twrw: {hosts} hosts exceed the {t_count} tables;"
+                                 " use auto, rw or dp, or fewer ranks")
+            f_table, f_dim = np.arange(t_count), dims
+            host_of = assign(pool * dims + 1e-12 * rows, hosts)
+        cnt = split_counts(n_t, block_shares(rows, per, zipf))[f_table]   # (F, per)
         r = np.arange(ranks)
         h_r, l_r = r // per, r % per
-        mine = host_of[None, :] == h_r[:, None]                       # (ranks, T)
+        mine = host_of[None, :] == h_r[:, None]                       # (ranks, F)
         ids_r = (mine * cnt[:, l_r].T).sum(1)
         blk = -(-rows // per)
-        held = np.clip(rows[:, None] - blk[:, None] * np.arange(per)[None, :], 0, blk[:, None])
-        d_h = np.bincount(host_of, weights=dims, minlength=hosts).astype(np.int64)
+        held = np.clip(rows[:, None] - blk[:, None] * np.arange(per)[None, :], 0,
+                       blk[:, None])[f_table]
+        d_h = np.bincount(host_of, weights=f_dim, minlength=hosts).astype(np.int64)
         f_h = np.bincount(host_of, minlength=hosts)
-        p = ShardPlan(ranks, b, ids_r * ranks, (mine * (dims[:, None] * cnt)[:, l_r].T).sum(1) * ranks,
-                      batch * d_h[h_r], (mine * (dims[:, None] * held)[:, l_r].T).sum(1),
+        p = ShardPlan(ranks, b, ids_r * ranks,
+                      (mine * (f_dim[:, None] * cnt)[:, l_r].T).sum(1) * ranks,
+                      batch * d_h[h_r], (mine * (f_dim[:, None] * held)[:, l_r].T).sum(1),
                       f_h[h_r], d_h[h_r], np.full(ranks, batch))
         p.fwd_input = _kjt(w, np.tile(b * f_h[h_r], (ranks, 1)), np.tile(ids_r, (ranks, 1)))
         intra, cross = host_groups(ranks, per)
@@ -221,10 +294,18 @@ def plan(model: Model, ranks: int, sharding: str, batch: int, ranks_per_node: in
                                 np.full(ranks, model.embedding_params),
                                 np.full(ranks, model.embedding_params), fdt, fb)]
     else:
-        raise UsageError(f"--sharding {sharding!r} is unknown; allowed: tw, rw, cw, twrw, dp")
+        raise UsageError(f"--sharding {sharding!r} is unknown; allowed: {', '.join(SHARDINGS)}")
     if ranks == 1:
         p.fwd_input, p.fwd_output, p.bwd_output, p.emb_grad = [], [], [], []
     return p
+
+
+def _lookup_bytes(model: Model, train: bool) -> tuple[float, float]:
+    """(bytes per lookup per column, bytes per lookup) the TBE kernels move (workload.py): a
+    row read forward, read and written back backward; the id read forward and backward with
+    its optimizer state."""
+    se = DTYPES[model.table_dtype][0]
+    return (3.0 if train else 1.0) * se, float(IDX_DTYPE[2] * (3 if train else 1))
 
 
 def _coll_dtype(model: Model) -> str:

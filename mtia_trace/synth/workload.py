@@ -46,7 +46,8 @@ OPT_KERNEL = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel
 @dataclass
 class Kernel:
     name: str
-    kind: str                  # costing kind: gemm, embedding, elementwise, reduction, optimizer
+    kind: str                  # costing kind: gemm, embedding, embedding_backward, elementwise,
+    #                            reduction, optimizer
     flops: np.ndarray
     nbytes: np.ndarray
 
@@ -193,7 +194,7 @@ class _Builder:
         # read the gathered rows, write them back updated, read the pooled grads, row-wise
         # Adagrad state: one float per touched row read and written (HARDWARE.md 2.6)
         nbytes = p.tbe_gather * 2 * se + p.tbe_out * s + p.tbe_idx * (8 + (8 if fused_optimizer else 0))
-        k = Kernel(TBE_BWD_KERNEL, "embedding", (p.tbe_gather * 4).astype(float),
+        k = Kernel(TBE_BWD_KERNEL, "embedding_backward", (p.tbe_gather * 4).astype(float),
                    nbytes.astype(float))
         args = [{"Record function id": 0,
                  "Input Dims": [[int(p.tbe_weights[r])], [int(p.tbe_idx[r])],

@@ -207,6 +207,8 @@ class Tuning:
     collnet_inter_us: float
     post_us: float
     plateau: float
+    fill: float               # chunk rounds of pipeline fill not overlapped (comm.fill_chunks)
+    fill_chunk: float         # bytes per channel per peer in one round (comm.fill_chunk_bytes)
     reduction: float          # bytes/us
     via_nic: bool
     algorithm: str
@@ -259,6 +261,7 @@ class Tuning:
             collnet_intra_us=opt("network.collnet_intra_us"),
             collnet_inter_us=opt("network.collnet_inter_us"),
             post_us=f("comm.post_us"), plateau=f("comm.ring_plateau"),
+            fill=f("comm.fill_chunks"), fill_chunk=f("comm.fill_chunk_bytes"),
             reduction=reduction_bw(spec), via_nic=bool(v("network.intra_node_via_nic")),
             algorithm=str(v("comm.algorithm")), protocol=str(v("comm.protocol")),
         )
@@ -285,6 +288,9 @@ class CollectiveCost:
     nic_bw: np.ndarray  # bytes/us of the NIC path the event used
     algorithm: np.ndarray
     protocol: np.ndarray
+    #: the chosen candidate's latency part and transfer part (the latter with the pipeline fill)
+    latency_us: np.ndarray | None = None
+    transfer_us: np.ndarray | None = None
 
 
 def _proto_bw(t: Tuning, b: np.ndarray, proto: str, idx: np.ndarray) -> np.ndarray:
@@ -362,9 +368,8 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
     size = np.where(is_["barrier"] | is_["unknown"], 0.0, size)
     multi = N > 1
     idx = np.where(N <= 1, 0, np.where(N <= 2, 1, 2)).astype(np.int64)
-    bi = np.full(k, t.b_intra / share)
+    bi_tuned = np.full(k, t.b_intra / share)
     bo = np.full(k, t.b_nic / share)
-    b_ring = np.where(multi, np.minimum(bi, np.minimum(L, t.channels) * bo), bi)
     fi, fo = (L - 1) / L, (N - 1) / N
     nsteps = np.where(ar, 2 * (p - 1), np.where(rsag, p - 1, p))
     n_inter = np.where(multi, np.where(ar, 2 * (N - 1), np.where(rsag, N - 1, 0)), 0)
@@ -381,94 +386,114 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
     msgs = np.where(is_["p2p"], np.where(multi | t.via_nic, 1.0, 0.0),
                     (p - L) + ((L - 1) if t.via_nic else 0.0))
 
-    cands: list[tuple[str, str, np.ndarray, np.ndarray]] = []  # (algorithm, protocol, time, post)
     zero = np.zeros(k)
     log_size = _log2i(np.maximum(size, 1.0) / 64.0).astype(np.int64)
     log_size = np.where(size >= 64, log_size, -1)
-    for proto in PROTOCOLS:
-        floor = np.where(multi, t.post_us * (3.0 if proto == "simple" else 1.0), 0.0)
-        li = np.maximum(t.intra[("ring", proto)], floor)
-        lo = np.where(L <= 1, t.inter[("tree", proto)], t.inter[("ring", proto)])
-        # ring
-        algbw = _proto_bw(t, b_ring, proto, idx) * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
-        step = np.where(multi & chain, lo, li)
-        lat = np.where(chain, t.base[("ring", proto)] + nsteps * step,
-                       t.base[("ring", proto)] + (nsteps - n_inter) * li + n_inter * lo)
-        if proto == "simple":
-            plateau = multi & ar & (size / (t.channels * p) >= _PLATEAU_MIN_BYTES)
-            lat = np.where(plateau, lat * t.plateau, lat)
-        ok = ~direct
-        algbw = algbw * _run_channels(t, size, t.channel_bytes[proto] * (p if proto == "ll" else 1))
-        cands.append(("ring", proto, np.where(ok, lat + np.maximum(size / algbw, t_red), inf), zero))
-        # tree (AllReduce)
-        bus = np.minimum(_TREE_FRACTION * b_ring, t.channels * np.take(t.tree_channel, idx))
-        if proto == "ll":
-            bus = np.minimum(bus / _TREE_LL_DIVISOR, np.take(t.ll_max, idx))
-        elif proto == "ll128":
-            # NCCL: 7/9 on one node, 120/128 across nodes; the one-node factor bounds both here
-            # so that spreading over more nodes never raises the bandwidth
-            bus = np.minimum(bus * 7.0 / 9.0, t.channels * np.take(t.tree_ll128_channel, idx))
-        corr = np.where((log_size >= 0) & (log_size < 23),
-                        _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
-        algbw = 0.5 * bus * corr * _run_channels(t, size, t.channel_bytes[proto])
-        levels_o = _log2c(N)
-        levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
-        lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
-                                             + levels_o * t.inter[("tree", proto)])
-        cands.append(("tree", proto, np.where(ar, lat + np.maximum(size / algbw, t_red), inf),
-                      zero))
-        # hierarchical: in-node RS + cross-node ring on the 1/L shard + in-node AG
-        hi, ho = _proto_bw(t, bi, proto, idx), _proto_bw(t, bo, proto, idx)
-        wire = np.where(ar, 2 * fi * size / hi + 2 * fo * size / L / ho,
-                        np.where(rsag, fi * size / hi + fo * size / L / ho,
-                                 size / hi + size / ho))
-        steps_i = np.where(ar, 2 * (L - 1), np.where(rsag, L - 1, L))
-        steps_o = np.where(ar, 2 * (N - 1), np.where(rsag, N - 1, N))
-        lat = t.base[("ring", proto)] + steps_i * li + steps_o * lo
-        ok = multi & ~direct
-        cands.append(("hierarchical", proto, np.where(ok, lat + np.maximum(wire, t_red), inf),
-                      zero))
-        # direct: all peers at once; in-node and off-node parts concurrently
-        wi, wo = (L - 1) / p * size, (p - L) / p * size
-        # the protocol's own rate cap (LL, LL128) bounds both link classes together
-        cap = _proto_bw(t, np.full(k, np.inf), proto, idx)
-        wire = np.maximum(np.maximum(wi / hi, wo / ho), (wi + wo) / cap)
-        lat = t.base[("ring", proto)] + np.maximum(np.where(L > 1, t.intra[("ring", proto)], 0.0),
-                                                   np.where(multi, t.inter[("ring", proto)], 0.0))
-        p2p_t = np.where(multi, t.inter[("ring", proto)] + size / ho,
-                         t.intra[("ring", proto)] + size / hi)
-        time = np.where(is_["p2p"], p2p_t, lat + wire)
-        cands.append(("direct", proto, np.where(direct, time, inf), msgs * t.post_us))
 
-    # NVLS / NVLS-tree: NVSwitch reduction, Simple only
-    if t.nvls_efficiency > 0:
-        ch = np.minimum(L, _NVLS_MAX_ARITY)
-        per_ch = _step_down(bi / ch, _SPEEDS_INTRA)
-        intra = per_ch * t.nvls_efficiency * (ch - 1) / ch * np.where(ar, 2.0, fi)
-        bus1 = ch * intra
-        algbw = bus1 * p / np.maximum(nsteps, 1)
-        ok = (ar | rsag) & ~multi & (L > 1)
-        cands.append(("nvls", "simple", np.where(ok, t.nvls_us + size / algbw, inf), zero))
-        nic_ch = _step_down(np.minimum(L, t.channels) * bo / ch, _SPEEDS_INTER)
-        inter = nic_ch * np.where(N <= 2, 2.0, 1.0)
-        cap = np.where(N <= 2, t.nvls_tree_channel[0], t.nvls_tree_channel[1])
-        bus = ch * np.minimum(np.minimum(intra, inter), cap)
-        algbw = bus * p / np.maximum(nsteps, 1)
-        lat = t.nvls_us + 2 * _log2i(N) * t.nvls_tree_inter_us
-        ok = ar & multi & (L > 1)
-        cands.append(("nvls_tree", "simple", np.where(ok, lat + size / algbw, inf), zero))
-    if t.collnet:
-        algbw = 0.5 * b_ring * _run_channels(t, size, _COLLNET_CHANNEL_BYTES)
-        lat = 2 * (L - 1) * t.collnet_intra_us + t.collnet_inter_us
-        ok = ar & multi
-        cands.append(("collnet", "simple", np.where(ok, lat + size / algbw, inf), zero))
+    def candidates(slow_group: np.ndarray | float = 1.0, slow_node: np.ndarray | float = 1.0,
+                   slow_one: np.ndarray | float = 1.0) -> list[tuple[str, str, np.ndarray,
+                                                                     np.ndarray, np.ndarray,
+                                                                     np.ndarray]]:
+        """Every (algorithm, protocol) candidate, the in-node links at 1 / ``slow_*`` of their
+        rate: ``slow_group`` for the algorithms that split a message over the group (ring,
+        hierarchical, direct), ``slow_node`` for NVLS (of the rate of the channels NCCL's
+        search gives it), ``slow_one`` for trees and CollNet (`_as_run`)."""
+        bi = bi_tuned / slow_group
+        # (algorithm, protocol, applies, latency, transfer, post)
+        cands: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        b_ring = np.where(multi, np.minimum(bi, np.minimum(L, t.channels) * bo), bi)
+        bi_one = bi_tuned / slow_one
+        b_ring_one = np.where(multi, np.minimum(bi_one, np.minimum(L, t.channels) * bo), bi_one)
+        for proto in PROTOCOLS:
+            floor = np.where(multi, t.post_us * (3.0 if proto == "simple" else 1.0), 0.0)
+            li = np.maximum(t.intra[("ring", proto)], floor)
+            lo = np.where(L <= 1, t.inter[("tree", proto)], t.inter[("ring", proto)])
+            # ring
+            algbw = _proto_bw(t, b_ring, proto, idx) * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
+            step = np.where(multi & chain, lo, li)
+            lat = np.where(chain, t.base[("ring", proto)] + nsteps * step,
+                           t.base[("ring", proto)] + (nsteps - n_inter) * li + n_inter * lo)
+            if proto == "simple":
+                plateau = multi & ar & (size / (t.channels * p) >= _PLATEAU_MIN_BYTES)
+                lat = np.where(plateau, lat * t.plateau, lat)
+            ok = ~direct
+            algbw = algbw * _run_channels(t, size, t.channel_bytes[proto] * (p if proto == "ll" else 1))
+            cands.append(("ring", proto, ok, lat, np.maximum(size / algbw, t_red), zero))
+            # tree (AllReduce)
+            bus = np.minimum(_TREE_FRACTION * b_ring_one,
+                             t.channels * np.take(t.tree_channel, idx))
+            if proto == "ll":
+                bus = np.minimum(bus / _TREE_LL_DIVISOR, np.take(t.ll_max, idx))
+            elif proto == "ll128":
+                # NCCL: 7/9 on one node, 120/128 across nodes; the one-node factor bounds both here
+                # so that spreading over more nodes never raises the bandwidth
+                bus = np.minimum(bus * 7.0 / 9.0, t.channels * np.take(t.tree_ll128_channel, idx))
+            corr = np.where((log_size >= 0) & (log_size < 23),
+                            _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
+            algbw = 0.5 * bus * corr * _run_channels(t, size, t.channel_bytes[proto])
+            levels_o = _log2c(N)
+            levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
+            lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
+                                                 + levels_o * t.inter[("tree", proto)])
+            cands.append(("tree", proto, ar, lat, np.maximum(size / algbw, t_red), zero))
+            # hierarchical: in-node RS + cross-node ring on the 1/L shard + in-node AG
+            hi, ho = _proto_bw(t, bi, proto, idx), _proto_bw(t, bo, proto, idx)
+            wire = np.where(ar, 2 * fi * size / hi + 2 * fo * size / L / ho,
+                            np.where(rsag, fi * size / hi + fo * size / L / ho,
+                                     size / hi + size / ho))
+            steps_i = np.where(ar, 2 * (L - 1), np.where(rsag, L - 1, L))
+            steps_o = np.where(ar, 2 * (N - 1), np.where(rsag, N - 1, N))
+            lat = t.base[("ring", proto)] + steps_i * li + steps_o * lo
+            ok = multi & ~direct
+            cands.append(("hierarchical", proto, ok, lat, np.maximum(wire, t_red), zero))
+            # direct: all peers at once; in-node and off-node parts concurrently
+            wi, wo = (L - 1) / p * size, (p - L) / p * size
+            # the protocol's own rate cap (LL, LL128) bounds both link classes together
+            cap = _proto_bw(t, np.full(k, np.inf), proto, idx)
+            wire = np.maximum(np.maximum(wi / hi, wo / ho), (wi + wo) / cap)
+            lat = t.base[("ring", proto)] + np.maximum(np.where(L > 1, t.intra[("ring", proto)], 0.0),
+                                                       np.where(multi, t.inter[("ring", proto)], 0.0))
+            p2p_t = np.where(multi, t.inter[("ring", proto)] + size / ho,
+                             t.intra[("ring", proto)] + size / hi)
+            p2p_lat = np.where(multi, t.inter[("ring", proto)], t.intra[("ring", proto)])
+            lat = np.where(is_["p2p"], p2p_lat, lat)
+            wire = np.where(is_["p2p"], p2p_t - p2p_lat, wire)
+            cands.append(("direct", proto, direct, lat, wire, msgs * t.post_us))
 
+        # NVLS / NVLS-tree: NVSwitch reduction, Simple only
+        if t.nvls_efficiency > 0:
+            ch = np.minimum(L, _NVLS_MAX_ARITY)
+            per_ch = _step_down(bi_tuned / ch, _SPEEDS_INTRA)
+            intra = per_ch * t.nvls_efficiency * (ch - 1) / ch * np.where(ar, 2.0, fi) / slow_node
+            bus1 = ch * intra
+            algbw = bus1 * p / np.maximum(nsteps, 1)
+            ok = (ar | rsag) & ~multi & (L > 1)
+            cands.append(("nvls", "simple", ok, np.full(k, t.nvls_us), size / algbw, zero))
+            nic_ch = _step_down(np.minimum(L, t.channels) * bo / ch, _SPEEDS_INTER)
+            inter = nic_ch * np.where(N <= 2, 2.0, 1.0)
+            cap = np.where(N <= 2, t.nvls_tree_channel[0], t.nvls_tree_channel[1])
+            bus = ch * np.minimum(np.minimum(intra, inter), cap)
+            algbw = bus * p / np.maximum(nsteps, 1)
+            lat = t.nvls_us + 2 * _log2i(N) * t.nvls_tree_inter_us
+            ok = ar & multi & (L > 1)
+            cands.append(("nvls_tree", "simple", ok, lat, size / algbw, zero))
+        if t.collnet:
+            algbw = 0.5 * b_ring_one * _run_channels(t, size, _COLLNET_CHANNEL_BYTES)
+            lat = 2 * (L - 1) * t.collnet_intra_us + t.collnet_inter_us
+            ok = ar & multi
+            cands.append(("collnet", "simple", ok, lat, size / algbw, zero))
+        return cands
+
+    cands = _as_run(t, candidates, size, p, L)
     # auto: NCCL's algorithms; hierarchical only when named (no NCCL-style tuner runs it).
     # A named algorithm or protocol that does not apply to an event (a tree for an all-gather,
     # LL for NVLS) leaves that event to auto.
     ar_ = np.arange(k)
-    trans = np.stack([c[2] for c in cands])
-    posts = np.stack([c[3] for c in cands])
+    applies = np.stack([c[2] for c in cands])
+    lats = np.stack([np.where(c[2], c[3], inf) for c in cands])
+    wires = np.stack([np.where(c[2], c[4], inf) for c in cands])
+    trans = lats + wires
+    posts = np.stack([c[5] for c in cands])
     total = trans + posts
     auto = np.array([c[0] != "hierarchical" for c in cands])
     named = np.array([(t.algorithm == c[0] or c[0] == "direct"
@@ -485,15 +510,41 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
     row = np.where(ok_best, best, alt)
     ai = np.array([ALGORITHMS.index(c[0]) for c in cands], dtype=np.int64)[row]
     pi = np.array([PROTOCOLS.index(c[1]) for c in cands], dtype=np.int64)[row]
-    coll = trans[row, ar_]
+    found = applies[row, ar_]
+    lat_c = np.where(found, lats[row, ar_], 0.0)
+    wire_c = np.where(found, wires[row, ar_], 0.0)
+    coll = lat_c + wire_c
     post = posts[row, ar_]
-    coll = np.where(np.isfinite(coll), coll, 0.0)
     nic_b = np.where(direct, np.where(is_["p2p"], np.where(multi | t.via_nic, size, 0.0),
                                       (p - L) / p * size
                                       + ((L - 1) / p * size if t.via_nic else 0.0)), nic_b)
     nic_m = np.where(direct, msgs, nic_m)
-    nic_bw = np.where(multi, bo, bi)
-    return CollectiveCost(coll, post, nic_b, nic_m.astype(np.float64), nic_bw, ai, pi)
+    nic_bw = np.where(multi, bo, bi_tuned)
+    return CollectiveCost(coll, post, nic_b, nic_m.astype(np.float64), nic_bw, ai, pi, lat_c,
+                          wire_c)
+
+
+def _as_run(t: Tuning, candidates, size: np.ndarray, p: np.ndarray,  # type: ignore[no-untyped-def]
+            L: np.ndarray) -> list:
+    """Every candidate as it runs, with the pipeline fill (`comm.fill_chunks`, calibrated).
+
+    A channel moves its data in chunks of at most ``comm.fill_chunk_bytes`` per peer. Until it
+    holds more than one such round, a step's synchronisation and the next step's transfer do
+    not overlap, and the in-node (NVLink-class) links run at ``1 / (1 + share)`` of their rate,
+    ``share = fill / (1 + rounds)``, ``rounds = size / (peers x channels x chunk)``, with peers
+    the ranks the message is split over (ring, direct and hierarchical: the group; NVLS: the
+    node's ranks; tree and CollNet: one, as each channel's share flows down the chain whole).
+    The share fades as the pipeline streams. Each candidate is re-costed with the slower in-node
+    links through the same formulas, so where a NIC stays the bottleneck nothing changes, and
+    more bandwidth or a larger rack never makes a collective slower; the fastest candidate as
+    it runs is chosen (with ``fill`` 0: NCCL's tuning model alone)."""
+    if t.fill <= 0:
+        return candidates()
+
+    def slow(peers: np.ndarray) -> np.ndarray:
+        return 1.0 + t.fill / (1.0 + size / (peers * t.channels * t.fill_chunk))
+
+    return candidates(slow(p), slow(np.minimum(L, _NVLS_MAX_ARITY)), slow(np.ones(len(p))))
 
 
 def busbw_factor(op: str, p: int) -> float:
@@ -528,8 +579,8 @@ def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int],
 
     ``gpus_per_thread`` is nccl-tests' ``-g``: one host thread launches each iteration's
     collective on that many GPUs in turn, while the GPUs run the previous iteration, so an
-    iteration takes at least ``gpus_per_thread x host.kernel_launch_us`` (nccl-tests times
-    back-to-back iterations). With one GPU per process (``mpirun ... -g 1``) a launch is far
+    iteration takes at least ``gpus_per_thread x comm.group_launch_us`` (nccl-tests times
+    back-to-back iterations; the per-GPU cost of a grouped launch from one thread, calibrated). With one GPU per process (``mpirun ... -g 1``) a launch is far
     below any collective's time and the bound never applies."""
     if op not in OPS:
         raise ValueError(f"op {op!r}: one of {', '.join(OPS)}")
@@ -539,7 +590,7 @@ def nccl_tests_rows(spec: HardwareSpec, op: str, ranks: int, sizes: list[int],
     b = np.asarray(sizes, dtype=np.float64)
     c = collective_costs(spec, np.full(k, OPS.index(op)), b, b, np.full(k, ranks))
     device = c.collective_us + c.post_us
-    launch = gpus_per_thread * float(spec.value("host.kernel_launch_us"))
+    launch = gpus_per_thread * float(spec.value("comm.group_launch_us"))  # type: ignore[arg-type]
     t = np.maximum(device, launch)
     algbw = np.divide(b, t * 1e3, out=np.zeros(k), where=t > 0)
     f = busbw_factor(op, ranks)
@@ -553,6 +604,7 @@ _MODEL_KEYS = ("network.ranks_per_node", "network.intra_node_GBps", "network.int
                "network.intra_node_via_nic", "comm.intra_efficiency", "comm.inter_efficiency",
                "comm.post_us", "comm.channels", "comm.channel_ll_bytes",
                "comm.channel_ll128_bytes", "comm.channel_simple_bytes", "comm.path", "comm.reduction_GBps",
+               "comm.fill_chunks", "comm.fill_chunk_bytes", "comm.group_launch_us",
                "comm.message_engines", "comm.engines_per_collective",
                "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.collnet",
                "comm.link_sharing")

@@ -116,22 +116,43 @@ def is_link_copy(names: pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(pc.match_substring_regex(names, pattern), False).to_numpy(zero_copy_only=False)
 
 
+def is_embedding_backward(names: pa.ChunkedArray) -> np.ndarray:
+    """True for embedding backward work (the TBE backward with its fused optimizer update,
+    ``embedding_dense_backward``, ``embedding_bag_backward``): priced at
+    ``hbm.gather_backward_efficiency`` instead of the forward gather's."""
+    pattern = "(?i)(backward|_bwd)"
+    return pc.fill_null(pc.match_substring_regex(names, pattern), False).to_numpy(zero_copy_only=False)
+
+
+def gather_us_per_byte(spec: HardwareSpec, hit: np.ndarray | float,
+                       backward: np.ndarray | bool = False) -> np.ndarray:
+    """Time (us) per byte an embedding kernel moves: the cached share at the cache bandwidth,
+    the rest at the HBM bandwidth times the measured TBE efficiency of its direction
+    (``hbm.gather_efficiency`` forward, ``hbm.gather_backward_efficiency`` for the backward
+    with its fused optimizer update)."""
+    hbm = float(spec.value("hbm.bandwidth_GBps")) * 1e3
+    eff = np.where(backward, float(spec.value("hbm.gather_backward_efficiency")),
+                   float(spec.value("hbm.gather_efficiency")))
+    cache_bw = float(spec.value("cache.bandwidth_GBps")) * 1e3
+    return np.asarray(hit / cache_bw + (1.0 - np.asarray(hit)) / (hbm * eff), dtype=float)
+
+
 def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: np.ndarray,
              copy_bytes: np.ndarray, peak: np.ndarray, link_copy: np.ndarray,
-             hit: np.ndarray | float | None = None) -> Roofline:
+             hit: np.ndarray | float | None = None,
+             backward: np.ndarray | bool = False) -> Roofline:
     """Roofline compute/fetch split for every event (events of other kinds get zeros).
 
     ``kind`` holds `schema.KINDS` indices; ``bytes_rw`` is bytes read + written; ``copy_bytes`` the size of a copy (max of the two).
     ``hit``: embedding cache-hit ratio per event (default: `zipf_hit_ratio` of the spec).
+    ``backward``: per event, embedding backward work (`is_embedding_backward`).
     """
     eff_gemm = float(spec.value("compute.efficiency_gemm"))
     eff_other = float(spec.value("compute.efficiency_other"))
     hbm = float(spec.value("hbm.bandwidth_GBps")) * 1e3
     stream_bw = hbm * float(spec.value("hbm.efficiency"))
     hit = zipf_hit_ratio(spec) if hit is None else hit
-    gather_bw = hbm * float(spec.value("hbm.gather_efficiency"))
-    cache_bw = float(spec.value("cache.bandwidth_GBps")) * 1e3
-    us_per_gather_byte = hit / cache_bw + (1.0 - hit) / gather_bw
+    us_per_gather_byte = gather_us_per_byte(spec, hit, backward)
     link_bw = float(spec.value("host.link_GBps")) * 1e3
 
     eff = np.where(kind_mask(kind, *GEMM_KINDS), eff_gemm, eff_other)

@@ -25,12 +25,16 @@ ADVICE = "; pass --source-hw NAME for scaled costing"
 #: ("NVIDIA H100 SXM cluster", "Meta MTIA 300"), real Kineto traces the CUDA/MTIA device name.
 #: "ARTEMIS" is the reported internal name of MTIA v2 (MTIA 200), as seen in MTIA Kineto traces.
 #: A GPU's variants map to its one bundled spec (A100 40 GB boards such as "A100-PG509-200" and
-#: PCIe cards to the SXM4 80 GB ``a100``, H100 PCIe to ``h100``); pass --source-hw with a spec
-#: of your own where the variant's HBM or clocks matter.
+#: PCIe cards to the SXM4 80 GB ``a100``, H100 PCIe to ``h100``, "Tesla V100-SXM2-32GB" and
+#: 16 GB or PCIe V100s to ``v100``, "NVIDIA B200" to ``b200``, "NVIDIA GB200" to ``gb200``);
+#: pass --source-hw with a spec of your own where the variant's HBM or clocks matter.
 PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bV100\b", re.I), "v100"),
     (re.compile(r"\bA100\b", re.I), "a100"),
     (re.compile(r"\bH100\b", re.I), "h100"),
     (re.compile(r"\bH200\b", re.I), "h200"),
+    (re.compile(r"\bB200\b", re.I), "b200"),
+    (re.compile(r"\bGB200\b", re.I), "gb200"),
     (re.compile(r"MTIA[ _-]?(300|v?3)\b", re.I), "mtia300"),
     (re.compile(r"MTIA[ _-]?(200|v?2i?)\b|\bARTEMIS\b", re.I), "mtia200"),
 )

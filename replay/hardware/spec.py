@@ -10,8 +10,9 @@ A spec file looks like::
     bandwidth_GBps = { value = 3350, source = "NVIDIA H100 SXM datasheet", confidence = "published" }
 
 Keys are addressed as ``section.field`` (``hbm.bandwidth_GBps``). ``confidence`` is one of
-``published`` / ``derived`` (the source shows the arithmetic) / ``assumed`` (a modelling choice,
-worth sweeping). An entry may list ``choices`` for string values. ``--set key=value`` overrides
+``published`` / ``derived`` (the source shows the arithmetic) / ``calibrated`` (fitted to
+published measurements under one named mechanism; the source names the tables and the fitting
+script) / ``assumed`` (a modelling choice, worth sweeping). An entry may list ``choices`` for string values. ``--set key=value`` overrides
 replace a value after type checking; the overridden entry's confidence becomes ``override``.
 """
 
@@ -32,7 +33,7 @@ import msgspec
 
 from mtia_trace.errors import HardwareSpecError
 
-CONFIDENCES = ("published", "derived", "assumed")
+CONFIDENCES = ("published", "derived", "calibrated", "assumed")
 Value = float | int | str | bool
 
 #: Keys every spec must define (other engineers' code and the cost model rely on them).
@@ -46,6 +47,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "hbm.capacity_GB",
     "hbm.efficiency",
     "hbm.gather_efficiency",
+    "hbm.gather_backward_efficiency",
     "cache.capacity_MB",
     "cache.bandwidth_GBps",
     "cache.zipf_alpha",
@@ -75,6 +77,9 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "comm.tree_ll128_channel_2node_GBps",
     "comm.tree_ll128_channel_GBps",
     "comm.ring_plateau",
+    "comm.fill_chunks",
+    "comm.fill_chunk_bytes",
+    "comm.group_launch_us",
     "comm.intra_efficiency",
     "comm.inter_efficiency",
     "comm.algorithm",
@@ -115,7 +120,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 #: Keys that must lie in (0, 1].
 FRACTIONS = ("compute.efficiency_gemm", "compute.efficiency_other", "hbm.efficiency",
-             "hbm.gather_efficiency", "comm.intra_efficiency", "comm.inter_efficiency")
+             "hbm.gather_efficiency", "hbm.gather_backward_efficiency", "comm.intra_efficiency",
+             "comm.inter_efficiency")
 
 
 @dataclass
@@ -162,8 +168,10 @@ class HardwareSpec:
         return list(self.entries)
 
     def assumed(self) -> list[str]:
-        """Keys whose value is a modelling choice (assumed) or a --set override."""
-        return [k for k, e in self.entries.items() if e.confidence in ("assumed", "override")]
+        """Keys whose value is not a published or derived figure: fitted to shared measurements
+        (calibrated), a modelling choice (assumed) or a --set override."""
+        return [k for k, e in self.entries.items()
+                if e.confidence in ("calibrated", "assumed", "override")]
 
     def to_dict(self) -> dict[str, object]:
         """The full spec with sources, for run.json."""
@@ -302,7 +310,7 @@ def _parse(doc: dict[str, object], origin: str) -> HardwareSpec:
             if not isinstance(raw, dict) or "value" not in raw:
                 raise HardwareSpecError(
                     f"{origin}: {key} must be {{ value = ..., source = \"...\", "
-                    f"confidence = \"published|derived|assumed\" }}")
+                    f"confidence = \"published|derived|calibrated|assumed\" }}")
             src, conf = raw.get("source"), raw.get("confidence")
             if not isinstance(src, str) or not src.strip():
                 raise HardwareSpecError(f"{origin}: {key} has no source; say where the number "
@@ -453,7 +461,7 @@ def rule_for(key: str, example: Value) -> Rule:
     return _NUMBER
 
 
-_CONFIDENCE = Literal["published", "derived", "assumed"]
+_CONFIDENCE = Literal["published", "derived", "calibrated", "assumed"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -526,7 +534,7 @@ def _explain(origin: str, doc: dict[str, object], exc: msgspec.ValidationError) 
             if missing and missing.group(1) == "source":
                 return f"{origin}: {key} has no source; say where the number comes from"
             return (f"{origin}: {key} must be {{ value = ..., source = \"...\", confidence = "
-                    f"\"published|derived|assumed\" }} (at $.{key}); value: {rule.describe(choices)}")
+                    f"\"published|derived|calibrated|assumed\" }} (at $.{key}); value: {rule.describe(choices)}")
         if parts[2] == "value":
             got = raw.get("value") if isinstance(raw, dict) else raw
             return (f"{origin}: {key} = {got!r}: {what.lower()} (at $.{key}.value); "
