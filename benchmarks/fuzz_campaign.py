@@ -6,7 +6,9 @@ query wrote, and the first examples of every failure.
 The case families (trace mutations, hostile files, timestamps, spec values and files, SQL write
 attempts, output destinations, corrupted runs (truncated, swapped, page-level bit flips, older
 schemas), arguments, synth requests under lowered size limits, large and failing streamed query
-results) are in tests/fuzzcases.py, shared with the bounded property tests in tests/test_fuzz.py.
+results, ranks that disagree, a full disk during writes, costly input shapes, the timestamp
+window, memory limits below the campaign's own) are in tests/fuzzcases.py, shared with the
+bounded property tests in tests/test_fuzz.py.
 
     python benchmarks/fuzz_campaign.py [--cases 660] [--seed 0] [--jobs 2]
         [--timeout 60] [--only "sql write"]

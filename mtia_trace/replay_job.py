@@ -22,6 +22,7 @@ from mtia_trace.storage import TABLES, check_destination, write_run
 from replay.attribution import unexplained_summary
 from replay.costs import AsMeasured
 from replay.distributed import driver
+from replay.graph.cycles import cycle_warning
 from replay.hardware import load_spec, model_for
 from replay.hardware.source import with_source
 from replay.run import replay_events
@@ -148,6 +149,10 @@ def _replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions,
         t0 = time.perf_counter()
         result = replay_events(events, model, progress=say, whatifs=whatifs)
         t_replay = time.perf_counter() - t0
+        notes = getattr(result, "notes", {}) or {}
+        for said in (notes.get("cpu_only"), cycle_warning(notes)):
+            if said and warn is not None:
+                warn(f"{h}: {said}")
         say(f"writing {dests[h]}")
         meta = {
             "hardware": h,

@@ -109,8 +109,12 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     if g.unexplained_lag is not None:
         unx_w[di] = g.unexplained_lag[ev[di]]
     if g.unexplained_gap is not None:
-        gp = g.unexplained_gap & hi
+        gp = g.unexplained_gap & ~dev_pos  # gaps, and waits no dependency explains
         unx_w[gp] = s.w[gp]
+        # a thread started by another (`thread` edge into its first point): its start lag, the
+        # measured delay from the point that started it, is unexplained
+        first = g.track_ptr[:-1][g.track_ptr[:-1] < npos]
+        unx_w[first[gp[first]]] = np.inf
     ucum = np.zeros((1, npos + 1))
     ucum[0, 1:] = np.minimum(np.maximum(unx_w, 0.0), seg)
     _track_cumsum(ucum, g.track_ptr)
@@ -133,13 +137,13 @@ def _track_cumsum(cum: np.ndarray, ptr: np.ndarray) -> None:
 
 
 def _edge_category(bound: int, on_device: bool) -> int:
-    """Launch latency and a host wait's return latency (sync, queue) are host; a
+    """Launch latency and a host wait's return latency (sync, queue, thread) are host; a
     device-side wait's lag idle."""
     if bound == EDGE_CODE["launch"]:
         return CAT["host"]
     if bound == EDGE_CODE["sync"]:
         return CAT["idle"] if on_device else CAT["host"]
-    if bound == EDGE_CODE["queue"]:
+    if bound in (EDGE_CODE["queue"], EDGE_CODE["thread"]):
         return CAT["host"]  # the call's return after the op it waited on
     return CAT["idle"]
 
@@ -241,6 +245,8 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
         parts[_edge_category(ob, bool(pt.dev_pos[k]))] += t - lo
         if pt.dev_pos[k] and p % 2 == 0 and ob in _LAGGED_EDGES:  # a device start's lag
             unx += min(max(pt.unx_w[k], 0.0), t - lo)
+        elif ob == EDGE_CODE["thread"] and p % 2 == 0 and pt.unx_w[k] > 0:  # a thread's start
+            unx += min(pt.unx_w[k], t - lo)
         p = src
     return Walk(parts=parts, coll_wait=cw, late_wait=late, ranges=ranges, points=points,
                 unexplained=unx, pieces=pieces)

@@ -11,8 +11,8 @@ every shard of a distributed one (`replay.distributed.shard`), so the two cannot
   ``strict`` drops it);
 - ``cost``: the model prices `costing_input` (measured durations corrected so a model prices
   work, not waiting: a matched collective instance's duration becomes its transfer part, a host
-  synchronize call's and a launch blocked by a full queue's their return latency, a device sync
-  marker costs nothing);
+  synchronize call's, a launch blocked by a full queue's and an op waiting on another thread's
+  their return latency, a device sync marker costs nothing);
 - ``schedule``: `replay.scheduler.schedule` (a shard schedules with its ghosts' arrivals as
   their base times, and repeats until the arrivals are the fixed point);
 - ``overlap``: the overlap-slowdown correction (`CostModel.overlap_slowdown`, s > 0): each
@@ -108,9 +108,9 @@ def costing_input(events: pa.Table, g: Graph) -> pa.Table:
     dur[m] = g.transfer_us[m]
     m = np.isfinite(g.sync_lag)
     dur[m] = g.sync_lag[m]
-    if g.queue_lag is not None:
-        m = np.isfinite(g.queue_lag)
-        dur[m] = g.queue_lag[m]
+    if g.wait_lag is not None:
+        m = np.isfinite(g.wait_lag)
+        dur[m] = g.wait_lag[m]
     dur[device_waits(events)] = 0.0
     i = events.schema.get_field_index("dur_us")
     out = events.set_column(i, events.schema.field(i), pa.array(dur, type=pa.float64()))
@@ -296,23 +296,27 @@ def collectives_table(members: pd.DataFrame, t0: float) -> pa.Table:
     """schema.COLLECTIVES_SCHEMA from the members of every collective (`member_frame` rows of one
     process or of all shards): one row per (pg, seq), ordered by them."""
     rows: dict[str, list[object]] = {f.name: [] for f in schema.COLLECTIVES_SCHEMA}
-    if len(members):
-        d = members.sort_values(["pg", "seq", "rank"])
-        for (pg, seq), x in d.groupby(["pg", "seq"], sort=True):  # collectives: few
-            late = x["ready"].to_numpy().argmax()
-            rows["pg"].append(str(pg))
-            rows["coll_seq"].append(int(seq))
-            rows["coll_op"].append(x["op"].iloc[0])
-            rows["step"].append(int(x["step"].iloc[0]))
-            rows["ranks"].append(int(x["rank"].nunique()))
-            rows["bytes"].append(float(x["bytes"].max()))
-            rows["first_arrival_us"].append(float(x["ready"].min()) + t0)
-            rows["last_arrival_us"].append(float(x["ready"].max()) + t0)
-            rows["skew_us"].append(float(x["ready"].max() - x["ready"].min()))
-            rows["late_rank"].append(int(x["rank"].iloc[late]))
-            rows["start_us"].append(float(x["start"].min()) + t0)
-            rows["end_us"].append(float(x["end"].max()) + t0)
-            rows["transfer_us"].append(float(x["transfer"].max()))
-            rows["queue_us"].append(float(x["queue"].max()))
-            rows["retry_us"].append(float(x["retry"].max()))
+    if len(members):  # one vectorized aggregation: a trace may hold 10^5 collectives
+        d = members.sort_values(["pg", "seq", "rank"], kind="stable").reset_index(drop=True)
+        g = d.groupby(["pg", "seq"], sort=True)
+        a = g.agg(op=("op", "first"), step=("step", "first"), ranks=("rank", "nunique"),
+                  nbytes=("bytes", "max"), first=("ready", "min"), last=("ready", "max"),
+                  start=("start", "min"), end=("end", "max"), transfer=("transfer", "max"),
+                  queue=("queue", "max"), retry=("retry", "max"))
+        late = d["rank"].to_numpy()[g["ready"].idxmax().to_numpy()]  # first latest, rank order
+        rows = {
+            "pg": [str(v) for v in a.index.get_level_values(0)],
+            "coll_seq": a.index.get_level_values(1).astype(np.int64).tolist(),
+            "coll_op": a["op"].tolist(), "step": a["step"].astype(np.int64).tolist(),
+            "ranks": a["ranks"].astype(np.int64).tolist(),
+            "bytes": a["nbytes"].astype(float).tolist(),
+            "first_arrival_us": (a["first"].astype(float) + t0).tolist(),
+            "last_arrival_us": (a["last"].astype(float) + t0).tolist(),
+            "skew_us": (a["last"] - a["first"]).astype(float).tolist(),
+            "late_rank": late.astype(np.int64).tolist(),
+            "start_us": (a["start"].astype(float) + t0).tolist(),
+            "end_us": (a["end"].astype(float) + t0).tolist(),
+            "transfer_us": a["transfer"].astype(float).tolist(),
+            "queue_us": a["queue"].astype(float).tolist(),
+            "retry_us": a["retry"].astype(float).tolist()}
     return pa.Table.from_pydict(rows, schema=schema.COLLECTIVES_SCHEMA)

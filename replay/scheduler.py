@@ -8,7 +8,8 @@ so this converges to the least schedule, the same one an event-by-event list sch
 
 Resource pools (`EventCosts.resource`): an event holding a pool of capacity c starts no earlier
 than the c-th previous end among the pool's events ordered by ready time; the difference between
-ready and start is queueing.
+ready and start is queueing. Host events with children hold no pool (their children are the
+work).
 
 For every point the scheduler records what bound it: the chain (track predecessor), one edge
 (by type and source point), the track's base time, or a resource.
@@ -378,6 +379,11 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
     solver = _Solver(g, w, pos)
+    if resource is not None and len(resource):
+        # an event with children (a host collective op around the one that carries it, e.g.
+        # nccl:all_to_all around record_param_comms) is timed by its children: holding a unit
+        # of the pool they need, it would wait for itself
+        resource = np.where(_containers(g), -1, resource)
     use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
     plan = plan.for_graph(g) if plan is not None else None
     T, passes = solver.run(solver.base_pos, npts, max_passes, plan)
@@ -405,6 +411,15 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
+
+
+def _containers(g: Graph) -> np.ndarray:
+    """Per event: a host event with children (its end does not follow its own start)."""
+    leaf = np.zeros(g.n, dtype=bool)
+    leaf[g.order[g.leaf_end] // 2] = True
+    dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
+    leaf[g.order[dev_pos] // 2] = True  # stream-like tracks: every event is work
+    return ~leaf
 
 
 class _Pools:

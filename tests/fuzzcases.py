@@ -823,9 +823,9 @@ def multi_rank(ws: Workspace, rng: random.Random) -> Case:
     if kind == "none":
         return Case("multi-rank consistency", argv, "ok", what, check=_no_partial_run(d))
     needle = NEEDLES[kind]
-    if kind in EXPECT_ERROR and cmd == "replay":  # inspect warns
-        return Case("multi-rank consistency", argv, "error", what, needle=needle,
-                    check=_no_partial_run(d))
+    if kind in EXPECT_ERROR:
+        return Case("multi-rank consistency", [*argv, "-q"] if cmd == "replay" else argv,
+                    "error", what, needle=needle, check=_no_partial_run(d))
 
     def check() -> str | None:
         problem = _no_partial_run(d)()

@@ -141,7 +141,8 @@ NEEDLES = {
     "swapped_seq": "wait on each other",
 }
 EDITS = tuple(NEEDLES)
-#: Edits no replay can schedule: refused by replay in one line (exit 2), warned by inspect.
+#: Edits no replay can schedule: refused in one line (exit 2) by every command that builds the
+#: graph (inspect too).
 EXPECT_ERROR = ("swapped_seq",)
 
 

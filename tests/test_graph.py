@@ -67,6 +67,22 @@ def test_device_wait_event_links_recorded_stream():
     assert (by_name(t, "producer"), by_name(t, "Wait Event"), "sync") in e
 
 
+def test_stream_wait_recorded_only_on_the_host_links_the_streams():
+    # older Kineto: a cudaStreamWaitEvent call and no device-side wait marker; the consumer on
+    # stream 9 started when the producer on stream 7 ended
+    rows = [host(0, 0, 2, name="L1", kind="runtime", correlation=1),
+            host(0, 3, 1, name="cudaStreamWaitEvent", kind="runtime", correlation=6),
+            host(0, 5, 2, name="L2", kind="runtime", correlation=2),
+            dev(0, 4, 50, stream=7, name="producer", correlation=1),
+            dev(0, 54, 10, stream=9, name="consumer", correlation=2)]
+    t = table(rows)
+    assert (by_name(t, "producer"), by_name(t, "consumer"), "sync") in _edges(t)
+    g = build_graph(t)
+    assert g.notes["host_stream_waits"] == 1
+    # the consumer's start is explained by the wait, not a 47 us ready lag
+    assert g.ready_lag[by_name(t, "consumer")] == 0.0
+
+
 # ---- composite keys: stream ids that share low bits are different streams ------------------
 
 

@@ -97,7 +97,7 @@ def test_synth(cli, tmp_path: Path) -> None:
     d = _json(cli, "synth", "--preset", "dlrm-dcnv2", "--ranks", "2", "--batch", "256",
               "--steps", "1", "-o", tmp_path / "t")
     assert set(d) == {"out_dir", "files", "model", "ranks", "sharding", "batch", "host_overhead",
-                      "events", "bytes"}
+                      "events", "bytes", "rank_load", "load_imbalance"}
     assert d["ranks"] == 2 and len(d["files"]) == 2 and d["batch"] == 256
     assert all((tmp_path / "t" / f).is_file() for f in d["files"])
     assert d["bytes"] == sum((tmp_path / "t" / f).stat().st_size for f in d["files"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from replay.graph import build_graph
-from replay.graph.queue import DEFAULT_LAUNCH_QUEUE_DEPTH
+from replay.graph.backpressure import DEFAULT_LAUNCH_QUEUE_DEPTH
 from replay.hardware import model_for
 from replay.run import replay_events
 from replay.whatif import parse_whatif
@@ -108,9 +108,10 @@ def test_real_trace_blocked_launches_are_device_waits(rel: str) -> None:
     # calls (up to 7 ms) return a few us after an op on it ends
     assert q["outstanding_max"] > 900
     assert q["blocked_launches"] > 100 and q["blocked_us"] > 10_000
-    # as measured, the blocked calls end when their op does: the first two steps, whose
-    # launches were blocked, missed by 55% and 25% while the blocking was fixed host time
+    # as measured, the blocked calls end when their op does: the first two steps missed by
+    # 55% and 25% while the blocking was fixed host time (with the stream waits the trace
+    # records only on the host and the main thread's waits on the autograd thread: 5.1% worst)
     base = replay_events(events, graph=g)
     meas = base.steps.column("measured_us").to_numpy()
     err = np.abs(base.steps.column("total_us").to_numpy() / meas - 1.0)
-    assert err.max() < 0.25 and np.median(err) < 0.01
+    assert err.max() < 0.10

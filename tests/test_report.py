@@ -190,10 +190,10 @@ def test_identical_targets_are_flagged() -> None:
 @requires_real
 def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """The MTIA training trace is host-bound: its largest finding is time outside every recorded
-    op (the steps' unexplained time: the main thread inside ``## backward ##``, an annotation,
-    with no op running), and it falls back to roofline costing with flops known for a small
-    share."""
+    """The MTIA training trace is host-bound: its largest findings are host time (the main
+    thread's 5.7 s inside ``## backward ##`` is a wait on the autograd engine thread, a
+    ``thread`` edge, so the engine thread's waits and ops take the critical path), and it falls
+    back to roofline costing with flops known for a small share."""
     trace = real_file("hta/mtia_trace_single_rank")
     code = cli(["replay", str(trace), "--hw", "mtia300", "--out", str(tmp_path / "run"), "-q"],
                capsys)[0]
@@ -201,15 +201,13 @@ def test_mtia_training_trace_headline_says_what_is_true(tmp_path: Path,
     run = load_run(tmp_path / "run")
     d = report_dict(run)
     top = d["bottlenecks"][0]
-    unexplained = sum(run.steps.column("unexplained_us").to_pylist()) / run.steps.num_rows
-    assert top["key"] == "host_untracked"
-    assert top["us_per_rank_step"] == pytest.approx(unexplained)
+    assert top["key"] in ("host_wait", "host_ops", "host_untracked") and top["share"] > 0.5
     assert d["costing"]["mode"] == "roofline" and 0 < d["costing"]["priced_work_time_fraction"] < 0.5
     assert d["host_bound"] is True
     text = render_markdown(build_report(run, with_figures=False))
     head = text.split("### Where the time went")[0]
     assert "Costing: **roofline**" in head and "of device-work time" in head
-    assert "1. Unexplained time is" in head and "**Host-bound" in head
+    assert "**Host-bound" in head
     assert "Devices busy **5" in head  # about half: HTA reports 54.8% on the whole trace span
 
 

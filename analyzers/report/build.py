@@ -167,7 +167,8 @@ def costing(meta: RunMeta) -> dict:
     if frac is None and m:
         frac = int(m.group(1)) / 100.0
     return {"mode": mode, "requested": requested, "reason": _COVERAGE_TAIL.sub("", reason) or None,
-            "priced_work_time_fraction": frac, "source_hw": model.get("source_hw")}
+            "priced_work_time_fraction": frac, "source_hw": model.get("source_hw"),
+            "cpu_only": model.get("cpu_only")}
 
 
 def costing_line(meta: RunMeta) -> str | None:
@@ -179,6 +180,8 @@ def costing_line(meta: RunMeta) -> str | None:
     if mode == "as-measured":
         return ("Costing: **as measured**: no target hardware, every event keeps its measured "
                 "duration.")
+    if c["cpu_only"]:
+        return f"Costing: **host ops as measured**: {c['cpu_only']}."
     how = {"roofline": "device work timed from its flops and bytes",
            "scaled": f"measured durations × target/{c['source_hw'] or 'source'} roofline ratio"}
     text = f"Costing: **{mode}** ({how.get(mode, mode)}"

@@ -12,6 +12,8 @@ from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
 from mtia_trace.escape import terminal
 from mtia_trace.ingest import load
 from mtia_trace.trace_summary import Summary, summarize
+from replay.graph import build_graph
+from replay.graph.cycles import cycle_warning
 
 
 def render(s: Summary) -> str:
@@ -72,7 +74,11 @@ def inspect(
 
     Example: mtia-trace inspect sample_traces/torch_cpu_dlrm
     """
-    s = summarize(load(trace), top=top)
+    tr = load(trace)
+    s = summarize(tr, top=top)
+    w = cycle_warning(build_graph(tr.events).notes)  # what replay and validate will drop
+    if w:
+        s.warnings.append(w)
     if fmt is PrintFormat.json:
         print_json(summary_dict(s))
     else:

@@ -9,6 +9,7 @@ from mtia_trace.cli.json_output import print_json
 from mtia_trace.cli.options import PRINT_FORMAT_OPTION, PrintFormat
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
+from replay.graph.cycles import cycle_warning
 from replay.hardware import load_spec
 from replay.hardware.source import with_source
 from replay.validation import KEPT_MEASURED, validate_events
@@ -96,6 +97,9 @@ def validate(
     typer.echo("strict keeps as measured: " + "; ".join(KEPT_MEASURED))
     for line in v.gaps():
         typer.echo(f"note: {line}")
+    cyc = cycle_warning(v.notes)
+    if cyc:
+        typer.echo(f"mtia-trace: warning: {cyc}", err=True)
     if not passed:
         words = {"step": "step error", "device_start_p90": "device-start p90"}
         failed = [f"{words[k]} {val:.3%}" for k, val in v.checked(strict).items() if val > limit]

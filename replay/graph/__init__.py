@@ -16,6 +16,9 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
   call with the same correlation id on the same rank);
 - ``sync`` (device side): the recorded stream's last op before the event record → the waiting
   marker (``cuda_sync`` Wait Event, MTIA ``event_wait``), then the stream chain carries it;
+- ``sync`` (device side, from the host): a stream wait call that launched no marker (older
+  Kineto): the last op launched before its thread's last event record → the first op its
+  thread launches after it, on another stream;
 - ``sync`` (host side): for synchronize calls (stream / device / event synchronize, MTIA
   ``synchronizeStream``, blocking copies), the last op of each stream in scope launched before the
   call and finished before it returned → the call's *end*; the call's own duration becomes its
@@ -23,13 +26,19 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
   duration), so the wait itself comes out of the graph;
 - ``queue``: a launch call blocked by its stream's full launch queue waits for the op that frees
   its slot (op end → call end, with the call's return latency, which is then all it costs);
-  every other launch waits for the op a queue depth before it (`replay.graph.queue`);
+  every other launch waits for the op a queue depth before it (`replay.graph.backpressure`);
+- ``thread``: a host thread waiting (a long gap, inside an op or outside every op) while another
+  thread of its process works, and resuming when that work ends: that end → the resuming point,
+  with the return latency, which is all the gap keeps (`replay.graph.threads`);
 - ``collective``: instances of one collective (same process group and sequence number) on
   different ranks start together when the last one is ready. The measured duration of a matched
   instance includes its wait for peers; its transfer part (own end − last arrival) is what gets
   costed.
 - ``host`` / ``stream`` edges in the stored table document the track chains (consecutive top-level
   host ops, consecutive stream ops) with their lags.
+
+An edge that runs backward in measured time and closes a cycle (flow events or correlation ids
+inconsistent with the kernels) is dropped and counted (`replay.graph.cycles`).
 
 Ready lag of a device event: measured start − the latest measured end (start, for launches) of
 its inputs. It is kernel-launch / inter-kernel latency, and where it is longer, a wait on something
@@ -56,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.graph.backpressure import queue_edges
 from replay.graph.chains import (
     EDGE_CODE,
     Chains,
@@ -69,9 +79,16 @@ from replay.graph.chains import (
     stream_chains,
 )
 from replay.graph.collectives import match_collectives
+from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
-from replay.graph.queue import queue_edges
-from replay.graph.sync import device_wait_edges, find_launches, host_sync_edges, order_streams
+from replay.graph.sync import (
+    device_wait_edges,
+    find_launches,
+    host_sync_edges,
+    host_wait_edges,
+    order_streams,
+)
+from replay.graph.threads import thread_waits
 from replay.graph.waits import WAIT_CONSUMERS, WAIT_LEAD_IN, collective_waits
 
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
@@ -111,13 +128,15 @@ class Graph:
     #   per event: part of its ready lag no modelled latency explains (us); replay.pipeline sets
     #   it from the models' launch latencies (none: the whole lag)
     unexplained_gap: np.ndarray | None = None
+    wait_lag: np.ndarray | None = None
+    #   per event that waited on another track (a launch blocked by its full queue, an op or
+    #   annotation without children waiting on another thread): its return latency after the op
+    #   it waited on ended (what it is costed at), nan otherwise (`replay.graph.backpressure`,
+    #   `replay.graph.threads`)
     pinned_us: np.ndarray | None = None
     #   per point: how far its base was moved to its measured start (a stream's first event with
     #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
     #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
-    queue_lag: np.ndarray | None = None
-    #   per event: a launch blocked by its full queue: its return latency after the op that freed
-    #   its slot ended (what it is costed at), nan otherwise (`replay.graph.queue`)
 
 
 def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
@@ -131,8 +150,11 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     lc, notes = find_launches(ev)
     st = order_streams(ev, lc)
     ds_src, ds_dst, n_ds = device_wait_edges(ev, st)
+    hw_src, hw_dst, n_hw = host_wait_edges(ev, lc)
+    ds_src, ds_dst = np.concatenate([ds_src, hw_src]), np.concatenate([ds_dst, hw_dst])
+    n_ds |= n_hw
     hs_src, hs_dst, sync_lag, n_hs = host_sync_edges(ev, lc, st)
-    q_src, q_dst, q_lag, queue_lag, n_q = queue_edges(ev, lc, st, sync_lag)
+    q_src, q_dst, q_lag, wait_lag, n_q = queue_edges(ev, lc, st, sync_lag)
     coll, n_coll = match_collectives(ev)
     notes |= n_ds | n_hs | n_q | n_coll
     # events scheduled like stream work: device events and those on worker threads
@@ -148,6 +170,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     ch = point_chains(ev, tr_chain, chain_ids)
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
+    # an op's own duration (below: unless a wait no thread explains); a passive leaf (an
+    # annotation with nothing in it) stays a gap
+    unexplained_gap[ch.leaf_end & ~ev.passive[ch.order // 2]] = False
     if len(coll.enq_dst):
         step_mark = pc.starts_with(events.column("name"), "ProfilerStep#").fill_null(False)
         wsrc, wk, wlag, seen, n_cons = collective_waits(
@@ -165,7 +190,36 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         if n_cons:
             notes["collective_waits_at_consumers"] = n_cons
         unexplained_gap[wk[seen]] = False  # a collective wait's return latency
+    names = (events.column("track").take(pa.array(ev.runs[:-1])).to_pylist() if ev.n else [])
+    tsrc, tk, tlag, tunx, (sf, sto), n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
+                                                         ch.track_is_device, ch.gap, ch.tpos)
+    notes |= n_thr
+    if len(tsrc):
+        np.minimum.at(ch.gap, tk, tlag)
+        leaf = ch.leaf_end[tk]  # a waiting op without children: its duration is the wait
+        wait_lag[ch.order[tk[leaf]] // 2] = tlag[leaf]
+        cross = Edges(np.concatenate([cross.src_pt, 2 * tsrc + 1]),
+                      np.concatenate([cross.dst_pt, ch.order[tk]]),
+                      np.concatenate([cross.lag, tlag]),
+                      np.concatenate([cross.etype,
+                                      np.full(len(tsrc), EDGE_CODE["thread"], dtype=np.int8)]))
+        unexplained_gap[tk] = False  # the wait's return latency
+    unexplained_gap[tunx] = True  # a wait no thread explains
+    if len(sto):
+        unexplained_gap[sto] = True  # its start lag: the critical path counts it unexplained
+        cross = Edges(np.concatenate([cross.src_pt, ch.order[sf]]),
+                      np.concatenate([cross.dst_pt, ch.order[sto]]),
+                      np.concatenate([cross.lag, ch.tpos[sto] - ch.tpos[sf]]),
+                      np.concatenate([cross.etype,
+                                      np.full(len(sto), EDGE_CODE["thread"], dtype=np.int8)]))
+    drop, n_cyc = cycle_edges(ch.order, ch.track_ptr, ch.ptime, cross.src_pt, cross.dst_pt,
+                              cross.etype == EDGE_CODE["collective"])
+    notes |= n_cyc
+    if drop.any():
+        k = ~drop
+        cross = Edges(cross.src_pt[k], cross.dst_pt[k], cross.lag[k], cross.etype[k])
     base = chain_bases(ev, ch)
+    base[ch.order[sto]] = -np.inf  # started by a thread edge, not pinned where measured
     pinned = _pin_inputless_starts(ev, ch, base, cross)
     notes["device_starts_without_input"] = int((pinned > 0).sum())
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
@@ -174,7 +228,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
                  edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
-                 unexplained_gap=unexplained_gap, queue_lag=queue_lag, pinned_us=pinned)
+                 unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned)
 
 
 def _pin_inputless_starts(ev: EventArrays, ch: Chains, base: np.ndarray, cross: Edges

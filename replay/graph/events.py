@@ -19,6 +19,10 @@ HOST_SYNC_NAMES = ("Synchronize", "synchronizeStream", "synchronizeDevice", "syn
 #: Device-side markers that are a host wait, not a stream wait (Kineto ``cuda_sync`` kinds).
 HOST_WAIT_MARKERS = ("Stream Sync", "Context Sync", "Event Sync")
 
+#: Host calls that make a stream wait for an event, and that record one (CUDA / HIP runtime).
+STREAM_WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
+EVENT_RECORD_CALLS = ("cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord")
+
 #: Resolution of event times in the graph: Kineto writes microseconds with three decimals.
 NS_PER_US = 1000
 
@@ -114,6 +118,8 @@ class EventArrays:
     dev_marker: np.ndarray     # device-side annotations (gpu_user_annotation): not stream work
     host_marker: np.ndarray    # device-side markers of a host wait (HOST_WAIT_MARKERS)
     sync_named: np.ndarray     # host runtime/sync/other calls named like a synchronize call
+    wait_call: np.ndarray      # host calls named in STREAM_WAIT_CALLS
+    record_call: np.ndarray    # host calls named in EVENT_RECORD_CALLS
     runs: np.ndarray           # start offset of each (rank, track) run, then n
     tr_of: np.ndarray          # per event: its track
     tr_dev: np.ndarray         # per track: a device track
@@ -151,6 +157,8 @@ def event_arrays(events: pa.Table) -> EventArrays:
         # host calls that may be synchronize calls: runtime calls, sync markers, unrecognised
         sync_named=_sync_named(events, ~is_dev & _is_in(events, "kind",
                                                         (*schema.CONTROL_KINDS, "other"))),
+        wait_call=~is_dev & _is_in(events, "name", STREAM_WAIT_CALLS),
+        record_call=~is_dev & _is_in(events, "name", EVENT_RECORD_CALLS),
         runs=runs,
         tr_of=np.repeat(np.arange(ntr), np.diff(runs)) if n else np.zeros(0, dtype=np.int64),
         tr_dev=is_dev[runs[:-1]] if ntr else np.zeros(0, dtype=bool),

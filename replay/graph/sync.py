@@ -243,3 +243,52 @@ def _sync_scopes(ev: EventArrays, st: Streams, hs_ids: np.ndarray) -> tuple[np.n
     ss = ev.sync_stream[scope]
     keep = (ss < 0) | (ss == s_str[j])
     return j[keep], scope[keep]
+
+
+def host_wait_edges(ev: EventArrays, lc: Launches) -> tuple[np.ndarray, np.ndarray,
+                                                                dict[str, object]]:
+    """``sync`` edges (device side) for stream waits the trace records only on the host: a
+    ``cudaStreamWaitEvent`` call that launched no device-side wait marker (older Kineto writes
+    none). The waiting op is the first op its thread launches after the call (its stream is the
+    one made to wait); the event waited on was recorded at the thread's last event-record call
+    before the wait (the wait call itself when the trace has none): the source is the last op the
+    rank launched before that on another stream. A pair the measured times contradict (the
+    waiting op started before the source ended) is dropped. Returns (src, dst) event ids and
+    notes."""
+    empty = np.zeros(0, dtype=np.int64)
+    marked = np.zeros(ev.n, dtype=bool)
+    marked[lc.launch[lc.has_launch]] = True
+    waits = np.flatnonzero(ev.wait_call & ~marked)
+    if not len(waits):
+        return empty, empty, {"host_stream_waits": 0}
+    ops = np.flatnonzero(lc.has_launch & ~ev.dev_marker & ~ev.is_sync_kind)
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    for t in np.unique(ev.tr_of[waits]).tolist():  # threads making waits: few
+        w = waits[ev.tr_of[waits] == t]
+        rec = np.flatnonzero(ev.record_call & (ev.tr_of == t))
+        j = np.searchsorted(ev.ts[rec], ev.ts[w], side="left") - 1
+        ref = np.where(j >= 0, ev.ts[rec[np.maximum(j, 0)]] if len(rec) else 0.0, ev.ts[w])
+        mine = ops[ev.rank[ops] == ev.rank[w[0]]]
+        mine = mine[np.argsort(ev.ts[lc.launch[mine]], kind="stable")]
+        ml = ev.ts[lc.launch[mine]]
+        own = mine[ev.tr_of[lc.launch[mine]] == t]
+        d = np.searchsorted(ev.ts[lc.launch[own]], ev.end[w], side="left")
+        ok = d < len(own)
+        di, ref = own[d[ok]], ref[ok]
+        s = np.searchsorted(ml, ref, side="left") - 1  # launched before the record
+        found = np.full(len(di), -1, dtype=np.int64)
+        for _ in range(_WALK_BACK):  # back over ops of the waiting stream itself
+            look = (found < 0) & (s >= 0)
+            if not look.any():
+                break
+            other = look & (ev.stream[mine[np.maximum(s, 0)]] != ev.stream[di])
+            found[other] = mine[s[other]]
+            s = np.where(look & ~other, s - 1, s)
+        keep = found >= 0
+        keep[keep] = ev.end_k[found[keep]] <= ev.ts_k[di[keep]]  # the wait held as measured
+        src.append(found[keep])
+        dst.append(di[keep])
+    s_ = np.concatenate(src) if src else empty
+    d_ = np.concatenate(dst) if dst else empty
+    return s_, d_, {"host_stream_waits": int(len(s_))}

@@ -26,9 +26,11 @@ Which events are priced:
   rank's collectives never move more than its links carry.
 - host events keep their measured durations; kernel-launch calls scale by the target/source
   launch overhead when a source is known.
-- CPU-only traces (no device events): leaf host ops with flops/bytes are the work the target
-  would run; they are priced like device work plus one kernel launch (host time); CPU
-  collectives (gloo) are priced as collectives.
+- CPU-only traces (no device events): host ops stay host cost on every target (they keep their
+  measured durations; the trace says nothing about how the target's device would run them);
+  CPU collectives (gloo) are priced as collectives, so such a trace changes on a target only
+  through launch and collective latencies (`CPU_ONLY_NOTE`, printed by ``replay`` and
+  ``report``). A what-if can still change host ops.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ MODES = ("auto", "roofline", "scaled")
 #: the pools of one rank a collective can hold, by `HardwareModel.pool_kind`
 POOL_CLASSES = {"links": ("in-node links", "NICs"), "engines": ("message engines",)}
 
+
+#: What a replay of a trace without device work on a target can change (run.json notes, the
+#: replay's output and the report say it).
+CPU_ONLY_NOTE = ("no device work in the trace: host ops keep their measured times on every "
+                 "target, so it changes on a target only through launch and collective latencies")
 
 def pool_class(pool_kind: str, group: np.ndarray, local: np.ndarray, nodes: np.ndarray,
                ranks_per_node: int) -> np.ndarray:
@@ -206,16 +213,9 @@ class HardwareModel:
                                     "seed": self.seed}
 
         cpu_only = n > 0 and not is_dev.any()
-        work = kind_mask(kind, *WORK_KINDS)
+        work = kind_mask(kind, *WORK_KINDS) & is_dev  # a CPU-only trace's host ops stay host
         if cpu_only:
-            parent = _np(events, "parent_id", np.int64)
-            is_parent = np.zeros(n, dtype=bool)
-            is_parent[parent[(parent >= 0) & (parent < n)]] = True
-            work &= ~is_parent & ((flops > 0) | (brw > 0))
-            notes["cpu_only"] = ("no device events: leaf host ops with flops/bytes priced as "
-                                 "target device work plus one kernel launch each")
-        else:
-            work &= is_dev
+            notes["cpu_only"] = CPU_ONLY_NOTE
         has_data = np.where(kind == KINDS.index("memcpy"), copy_bytes > 0, (flops > 0) | (brw > 0))
         priced = work & has_data
         wdur = dur[work].sum()
@@ -291,8 +291,6 @@ class HardwareModel:
                 getattr(costs, f"{name}_us")[sub] = 0.0
             costs.compute_us[sub] = compute
             costs.fetch_us[sub] = fetch
-            if cpu_only:
-                costs.host_us[sub] = float(spec.value("host.kernel_launch_us"))
 
         comm = self._comm_inputs(events, kind, is_dev, cpu_only)
         if mode == "scaled" and source is not None:
