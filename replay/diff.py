@@ -129,14 +129,9 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
         track = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
         sides.append((rank, track, _step_ordinal(ev), c))
     kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
-    _align_seqs(kb, kn, _coll_signature(base, cb), _coll_signature(new, cn),
-                base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
-    cmb, cmn = _join_keys(kb, kn)
-    out_b: list[np.ndarray] = [cmb]
-    out_n: list[np.ndarray] = [cmn]
+    out_b: list[np.ndarray] = []
+    out_n: list[np.ndarray] = []
     keyed_b, keyed_n = kb[:, 0] >= 0, kn[:, 0] >= 0
-    um_b: Counter = Counter()
-    um_n: Counter = Counter()
     (rb, trb, sb, _), (rn, trn, sn, _) = sides
     for r in sorted(set(rb.tolist()) | set(rn.tolist())):  # ranks: few
         ib = np.flatnonzero(rb == r)
@@ -153,12 +148,21 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
                 ia, ib2 = _match_seq(cb[a], cn[b])
                 out_b.append(a[ia])
                 out_n.append(b[ib2])
-        um_b.update(dict_names[c] for c in _unmatched(ib, np.concatenate(out_b) if out_b else
-                                                        np.zeros(0, np.int64), cb))
-        um_n.update(dict_names[c] for c in _unmatched(inn, np.concatenate(out_n) if out_n else
-                                                        np.zeros(0, np.int64), cn))
-    mb = np.concatenate(out_b) if out_b else np.zeros(0, dtype=np.int64)
-    mn = np.concatenate(out_n) if out_n else np.zeros(0, dtype=np.int64)
+    # collectives: by identity, sequence numbers aligned by where each is enqueued (its
+    # parent, as matched above) where the runs issue different ones
+    part = np.full(nn, -1, dtype=np.int64)
+    if out_b:
+        part[np.concatenate(out_n)] = np.concatenate(out_b)
+    _align_seqs(kb, kn, _coll_signature(base, cb, np.arange(nb)),
+                _coll_signature(new, cn, np.where(part >= 0, part, nb + np.arange(nn))),
+                base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
+    cmb, cmn = _join_keys(kb, kn)
+    out_b.insert(0, cmb)
+    out_n.insert(0, cmn)
+    mb = np.concatenate(out_b)
+    mn = np.concatenate(out_n)
+    um_b: Counter = Counter(dict_names[c] for c in _unmatched(np.arange(nb), mb, cb))
+    um_n: Counter = Counter(dict_names[c] for c in _unmatched(np.arange(nn), mn, cn))
     return Matching(base=mb, new=mn, n_base=nb, n_new=nn, unmatched_base=um_b,
                     unmatched_new=um_n, new_seq=kn[:, 2].copy())
 
@@ -190,13 +194,14 @@ def _coll_keys(ev: pa.Table, code: np.ndarray) -> np.ndarray:
     return out
 
 
-def _coll_signature(ev: pa.Table, code: np.ndarray) -> np.ndarray:
-    """Per event: its name code and its parent's (-1 none), as one int64: with the collective
-    keys, what a collective is where the program issues it (a bucket all-reduce in backward,
-    the loss all-reduce in its region)."""
+def _coll_signature(ev: pa.Table, code: np.ndarray, ident: np.ndarray) -> np.ndarray:
+    """Per event: its name code and its parent's identity (``ident``: per event, BASE's id of
+    it or of its partner, a number no BASE event has where none; -1 without a parent), as one
+    int64: with the collective keys, what a collective is where the program issues it (a
+    bucket all-reduce in a given autograd hook, the loss all-reduce in its region)."""
     parent = ev.column("parent_id").to_numpy().astype(np.int64)
-    pc_ = np.where(parent >= 0, code[np.maximum(parent, 0)], -1)
-    return code * (1 << 31) + (pc_ + 1)
+    p = np.where(parent >= 0, ident[np.maximum(parent, 0)], -1)
+    return (code << 32) + (p + 1)
 
 
 def _align_seqs(kb: np.ndarray, kn: np.ndarray, sb: np.ndarray, sn: np.ndarray,
@@ -334,7 +339,7 @@ def with_new_only(base: pa.Table, new: pa.Table, m: Matching) -> Merged | None:
     track_of: dict[str, str] = {}
     for (t_n, t_b), _c in sorted(pair.items(), key=lambda kv: -kv[1]):
         track_of.setdefault(t_n, t_b)
-    pid_of = {}
+    pid_of: dict[int, str] = {}
     for r, t in zip(rb.tolist(), trb.tolist()):
         parts = t.split(":")
         if len(parts) == 3 and parts[0] == "host" and parts[1].isdigit():
@@ -504,7 +509,7 @@ def _place_transfers(base: pa.Table, new: pa.Table, m: Matching, add: np.ndarray
         best: tuple[float, str, float] | None = None
         for trk in sorted(t_ for t_, rr in rank_of.items() if rr == r):
             lst = on.get(trk, [])
-            lo = max((s for s, q in lst if q < e), default=-np.inf)
+            lo = max((s for s, q in lst if q <= e), default=-np.inf)
             hi = min((s for s, q in lst if q > e), default=np.inf)
             if lo >= hi:
                 continue

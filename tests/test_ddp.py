@@ -127,6 +127,22 @@ def test_diff_matches_collectives_when_new_issues_one_more(tmp_path: Path) -> No
     assert diff_traces(a, b).notes["new_only_collective_events"] == 4
 
 
+def test_diff_replays_the_bucket_only_new_sends(tmp_path: Path) -> None:
+    """NEW sends a third bucket (enqueued by the second hook, its transfer running until
+    +1300) that DDP's finalize waits on and copies out: backward, and the step, end 270 us
+    later. BASE's graph has no place for it; the prediction adds NEW's unmatched events (the
+    enqueue, the transfer, the finalize's third copy) with their dependencies as NEW's graph
+    has them, so the wait lengthens the predicted step as it did the measured one."""
+    a = load(write_trace(tmp_path / "a")).events
+    b = load(write_trace(tmp_path / "b", bucket3_end=1300.0)).events
+    r = diff_traces(a, b)
+    assert r.new_step_us - r.base_step_us == pytest.approx(270.0)
+    assert r.notes["new_only_collective_events"] == 8  # enqueue + transfer, 2 steps x 2 ranks
+    assert abs(r.error) < 0.01, f"{r.error:+.1%}"
+    assert all(abs(e) < 0.01 for e in r.step_errors) and len(r.step_errors) == 2
+    assert dict(r.contributions)["(events only NEW has)"] > 0.0
+
+
 def test_diff_takes_when_each_rank_began_recording_from_new(tmp_path: Path) -> None:
     """BASE's rank 1 began recording 800 us before its first step (a long op before it), NEW's
     90 us: the prediction starts rank 1 where NEW did (like a gap, measured), not where BASE
