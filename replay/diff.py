@@ -641,6 +641,23 @@ def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
                       loop=is_step, base_new=_starts_new(pb, pn, m))
 
 
+def _drop_base_only(pb: Prepared, tp: Transplant, m: Matching) -> int:
+    """In place: where BASE issues collectives NEW does not (NEW sends one DDP bucket fewer),
+    BASE's events without a partner take no time in the prediction (NEW does not run them):
+    leaves cost 0, ops keep no self time, transfers are dispatched and waited on with no
+    latency. Returns how many BASE collective events have no partner (0: nothing done)."""
+    seq = pb.events.column("coll_seq").fill_null(-1).to_numpy()
+    um = np.ones(pb.graph.n, dtype=bool)
+    um[m.base] = False
+    k = int(((seq >= 0) & um).sum())
+    if k:
+        tp.cost_new[um & pb.leaf] = 0.0
+        tp.self_new[um & ~pb.leaf] = 0.0
+        tp.ret_new[um] = 0.0
+        tp.disp_new[um] = 0.0
+    return k
+
+
 def _starts_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
     """Per BASE point: where NEW's partner of a host thread's first point lies after NEW's
     start, where that partner is its thread's first point too; nan elsewhere. When each rank
@@ -948,6 +965,7 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     if mg is not None:
         added[mg.added] = True
     tp = transplant(pb, pn, mt)
+    base_only = _drop_base_only(pb, tp, mt)
     full = np.ones(pb.graph.n, dtype=bool)
     g_all, c_all = apply_transplant(pb, tp, full)
     pred_times = pb.step_times(g_all, c_all)  # type: ignore[arg-type]
@@ -989,6 +1007,8 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     notes: dict[str, object] = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
              "transplanted_costs": int(np.isfinite(tp.cost_new).sum()),
              "transplanted_self_times": int(np.isfinite(tp.self_new).sum())}
+    if base_only:
+        notes["base_only_collective_events"] = base_only
     if mg is not None:  # collectives only NEW issues (another DDP bucket), replayed
         notes["new_only_collective_events"] = mg.new_only_collectives
         notes["new_only_events_added"] = int(len(mg.added))
