@@ -346,6 +346,9 @@ What carries over to MTIA 300 and what does not:
 - The grouped launch does not carry over: it is a host thread driving several GPUs in
   nccl-tests, and HCCL runs a collective without a CPU launch per operation; MTIA's value is
   its `host.kernel_launch_us` (assumed), read only by `hw collective --gpus-per-thread`.
+- The NVLS placement (`comm.nvls_placement`) is how NCCL releases hand an NVSwitch-reduction
+  AllReduce to their channels; it applies to the specs with NVLS (h100, h200, b200, gb200, all
+  shipped `balanced`) and not to MTIA, which has no NVLS and no NCCL.
 
 ### Validation against published nccl-tests tables
 
