@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from replay.attribution import step_windows
-from replay.counterfactual import Prepared, _Sched, measured_step_times, prepare
+from replay.attribution import window_spans
+from replay.counterfactual import Prepared, _whole_steps, measured_step_times, prepare
 from replay.graph import EDGE_CODE, Graph
 from replay.whatif import launcher, set_durations, total_cost
 
@@ -557,10 +557,8 @@ def _spread(values: list[float]) -> float:
 def per_step(events: pa.Table, g: Graph, times: np.ndarray) -> list[float]:
     """Mean over ranks of each whole step's time (``times``: per (rank, step) window, in the
     order of `window_times`), steps in order."""
-    wins = step_windows(events, g, _Sched(np.zeros(2 * g.n)))  # type: ignore[arg-type]
-    steps = np.array([w[1] for w in wins], dtype=np.int64)
-    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), dtype=bool)
-    steps = steps[keep]
+    steps = window_spans(events, g).step
+    steps = steps[_whole_steps(steps)]
     if len(steps) != len(times):
         return []
     u, inv = np.unique(steps, return_inverse=True)

@@ -17,6 +17,8 @@ For every point the scheduler records what bound it: the chain (track predecesso
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import heapq
 from dataclasses import dataclass
 
@@ -46,16 +48,18 @@ class Schedule:
     own_src: np.ndarray | None = None
 
 
-def chain_lags(g: Graph, dur: np.ndarray) -> np.ndarray:
+def chain_lags(g: Graph, dur: np.ndarray, gap: np.ndarray | None = None) -> np.ndarray:
     """Chain lag per position: costed duration for leaf ends, ready lag before device starts,
-    measured gaps elsewhere (host self time and gaps)."""
+    measured gaps elsewhere (host self time and gaps). ``dur`` per event, or (events,
+    scenarios) with ``gap`` (positions, scenarios): one column of lags per scenario."""
     ev = g.order // 2
     is_end = (g.order % 2) == 1
-    w = g.gap.copy()
+    w = (g.gap if gap is None else gap).copy()
     w[g.leaf_end] = dur[ev[g.leaf_end]]
     dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
     w[dev_pos & is_end] = dur[ev[dev_pos & is_end]]
-    w[dev_pos & ~is_end] = g.ready_lag[ev[dev_pos & ~is_end]]
+    lag = g.ready_lag[ev[dev_pos & ~is_end]]
+    w[dev_pos & ~is_end] = lag if w.ndim == 1 else lag[:, None]
     w[g.track_ptr[:-1][g.track_ptr[:-1] < len(w)]] = 0.0
     return w
 
@@ -66,7 +70,7 @@ _LONG = 64
 
 def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
     """The running maximum of each segment ``m[starts_i:starts_i + lens_i]``, in place (the
-    segments are back to back). Short segments together: step d takes the maximum with the
+    segments are back to back; a 2-D ``m`` runs down its rows, each column on its own). Short segments together: step d takes the maximum with the
     value d back in the same segment (d = 1, 2, 4, ...); each long one by itself."""
     if not len(m):
         return
@@ -76,11 +80,11 @@ def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None
     while d < top:
         ok = r[d:] >= d
         prev = m[:-d].copy()
-        np.maximum(m[d:], prev, out=m[d:], where=ok)
+        np.maximum(m[d:], prev, out=m[d:], where=ok if m.ndim == 1 else ok[:, None])
         d *= 2
     for i in np.flatnonzero(lens > _LONG).tolist():
         a = int(starts[i])
-        np.maximum.accumulate(m[a:a + int(lens[i])], out=m[a:a + int(lens[i])])
+        np.maximum.accumulate(m[a:a + int(lens[i])], axis=0, out=m[a:a + int(lens[i])])
 
 
 class _Solver:
@@ -310,6 +314,23 @@ class _Advance:
         sv.M[self.P] = m
         sv.T[sv.order[self.P]] = C + m
 
+    def apply_many(self, sv: _Batch) -> None:
+        """`apply` on every scenario at once (one column each): the same operations per
+        column, the scatter of the edges' maxima done per destination (a maximum is exact, so
+        the order it is taken in does not matter)."""
+        x = sv.rows(self.P)
+        if len(self.E):
+            if not hasattr(self, "_gm"):
+                self._gm = _GroupMax(self.at)
+            self._gm.apply(x, sv.T[self.esrc] + sv.lag[self.E][:, None])
+        m = x
+        C = sv.C[self.P]
+        m -= C
+        m[self.cont_at] = np.maximum(m[self.cont_at], sv.M[self.cont_prev])
+        _segment_cummax(m, self.starts, self.lens)
+        sv.M[self.P] = m
+        sv.T[sv.order[self.P]] = C + m
+
 
 class _Settle:
     """Heads ``hs`` of tracks ``Ss``, collective instances waiting only for each other,
@@ -346,6 +367,68 @@ class _Settle:
             raise AssertionError("schedule does not converge: the dependency graph has a cycle")
         sv.M[hs] = Mh
         sv.T[self.pts] = Th
+
+    def apply_many(self, sv: _Batch) -> None:
+        """`apply` on every scenario at once: iterated until no column moves (a column that
+        settled stays put, so each ends at its own fixed point)."""
+        hs = self.hs
+        if not hasattr(self, "_gm_fin"):
+            self._gm_fin, self._gm_pend = _GroupMax(self.fin_r), _GroupMax(self.r_p)
+        own = sv.rows(hs)
+        if len(self.fin_r):
+            self._gm_fin.apply(own, sv.T[self.fin_src] + sv.lag[self.fin_e][:, None])
+        lag_p = sv.lag[self.pend_e][:, None]
+        Ch = sv.C[hs]
+        Mprev = np.where(self.has_prev[:, None], sv.M[self.prev], -np.inf)
+        Mh = np.maximum(Mprev, own - Ch)
+        Th = Ch + Mh
+        for _ in range(10_000):
+            x = own.copy()
+            if len(self.r_p):
+                self._gm_pend.apply(x, Th[self.src_row] + lag_p)
+            Mn = np.maximum(Mprev, x - Ch)
+            if np.array_equal(Mn, Mh):
+                break
+            Mh, Th = Mn, Ch + Mn
+        else:
+            raise AssertionError("schedule does not converge: the dependency graph has a cycle")
+        sv.M[hs] = Mh
+        sv.T[self.pts] = Th
+
+
+class _GroupMax:
+    """``np.maximum.at(x, idx, vals)`` over rows, as one sort and one ``reduceat``."""
+
+    def __init__(self, idx: np.ndarray) -> None:
+        self.o = np.argsort(idx, kind="stable")
+        si = idx[self.o]
+        self.first = np.flatnonzero(np.r_[True, si[1:] != si[:-1]]) if len(si) else si
+        self.u = si[self.first]
+
+    def apply(self, x: np.ndarray, vals: np.ndarray) -> None:
+        red = np.maximum.reduceat(vals[self.o], self.first, axis=0)
+        x[self.u] = np.maximum(x[self.u], red)
+
+
+class _Batch:
+    """The solver's state for several scenarios of one graph at once: a column per scenario
+    in ``C`` (chain sums), ``M``, ``T`` and the base times ``xb`` (per position, or one column
+    per scenario); edges, order and track bounds shared (`_Solver`'s)."""
+
+    def __init__(self, sv: _Solver, C: np.ndarray, xb: np.ndarray, npts: int) -> None:
+        self.order, self.lag, self.ptr = sv.order, sv.lag, sv.ptr
+        self.C, self.xb = C, xb
+        self.S = C.shape[1]
+        self.T = np.full((npts, self.S), -np.inf)
+        self.M = np.empty(C.shape)
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """The base times of positions ``idx``, one column per scenario (a new array)."""
+        if self.xb.ndim == 2:
+            return self.xb[idx]
+        out = np.empty((len(idx), self.S))
+        out[:] = self.xb[idx][:, None]
+        return out
 
 
 class SchedulePlan:
@@ -411,6 +494,90 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
+
+
+def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
+                  resource: np.ndarray | None = None, capacity: np.ndarray | None = None, *,
+                  plan: SchedulePlan) -> np.ndarray:
+    """Times (points x scenarios) of ``g`` scheduled once per scenario: column j is what
+    `schedule` gives, bit for bit, with durations ``dur[:, j]`` (events x scenarios) and chain
+    gaps ``gap[:, j]`` (positions x scenarios) in place of ``g.gap``. The rounds of ``plan``
+    (recorded by an earlier `schedule` of ``g``) are replayed once for all columns, so their
+    per-call cost is paid once; resource pools, settled by readiness, are settled per column
+    with the columns that wait scheduled again together. Without a recorded plan (or when
+    the graph needed rescans) each column is scheduled by itself."""
+    npts, S = 2 * g.n, dur.shape[1]
+    plan = plan.for_graph(g)
+    if plan.steps is None or plan.rescan:
+        out = np.empty((npts, S))
+        for j in range(S):
+            gj = dataclasses.replace(g, gap=np.ascontiguousarray(gap[:, j]))
+            out[:, j] = schedule(gj, np.ascontiguousarray(dur[:, j]), resource, capacity,
+                                 plan=plan).T
+        return out
+    order, ptr = g.order, g.track_ptr
+    W = chain_lags(g, dur, gap)
+    pos = np.empty(npts, dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    sv = _Solver(g, W[:, 0], pos)  # the shared structure (its own C is column 0's)
+    C = W.copy()
+    for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist()):
+        if b > a:
+            np.cumsum(W[a:b], axis=0, out=C[a:b])  # each column as segment_cumsum rounds it
+    steps = plan.steps
+
+    def run(cols: np.ndarray | slice, xb: np.ndarray) -> _Batch:
+        bt = _Batch(sv, C[:, cols], xb, npts)
+        for step in steps:
+            step.apply_many(bt)
+        return bt
+
+    if resource is not None and len(resource):
+        resource = np.where(_containers(g), -1, resource)
+    bt = run(slice(None), sv.base_pos)
+    if resource is None or not len(resource) or not bool((resource >= 0).any()):
+        return bt.T
+    # resource pools: `schedule`'s rounds per column, the columns that wait rescheduled together
+    out = bt.T
+    cols: list[_Column] = []
+    for j in range(S):
+        svj = copy.copy(sv)
+        svj.C, svj.M = np.ascontiguousarray(C[:, j]), np.ascontiguousarray(bt.M[:, j])
+        wj = np.ascontiguousarray(W[:, j])
+        Tj = np.ascontiguousarray(out[:, j])
+        cols.append(_Column(svj, wj, _bindings(g, svj, Tj, wj, pos, None),
+                            _Pools(g, np.ascontiguousarray(dur[:, j]), resource,
+                                   capacity),  # type: ignore[arg-type]
+                            np.full(npts, -np.inf)))
+    active = list(range(S))
+    while active:
+        again = [j for j in active if cols[j].pools.commit(cols[j].sched, cols[j].res_x)]
+        if again:
+            xb = np.maximum(sv.base_pos[:, None],
+                            np.stack([cols[j].res_x[order] for j in again], axis=1))
+            bt = run(np.asarray(again), xb)
+            for i, j in enumerate(again):
+                c = cols[j]
+                c.sv.M = np.ascontiguousarray(bt.M[:, i])
+                out[:, j] = bt.T[:, i]
+                c.sched = _bindings(g, c.sv, np.ascontiguousarray(bt.T[:, i]), c.w, pos,
+                                    c.res_x)
+        for j in active:
+            if cols[j].pools.done():
+                cols[j].pools.check(cols[j].sched, cols[j].res_x)
+        active = [j for j in active if not cols[j].pools.done()]
+    return out
+
+
+@dataclass
+class _Column:
+    """One scenario of `schedule_many` while its resource pools settle."""
+
+    sv: _Solver
+    w: np.ndarray
+    sched: Schedule
+    pools: _Pools
+    res_x: np.ndarray
 
 
 def _containers(g: Graph) -> np.ndarray:

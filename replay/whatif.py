@@ -406,15 +406,24 @@ def apply_whatifs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray],
             if ch.op == "add" and cont.any():
                 _add_trailing(g, own, gap, np.flatnonzero(cont), ch.value)
         if (k != 1.0).any():
-            for c in COMPONENTS:
-                comps[c] = comps[c] * np.where(leaf, k, 1.0)
-            o = own.owner
-            scal = own.host_gap & ~own.wait & (o >= 0)
-            gap[scal] *= k[o[scal]]
+            comps = scale_costs(comps, gap, k, leaf, own)
         after = float(sum(comps[c][sel & leaf].sum() for c in COMPONENTS))
         notes.append({"whatif": w.text, "change": str(ch), "events": int(sel.sum()),
                       "busy_before_us": round(before, 3), "busy_after_us": round(after, 3)})
     return Edited(dataclasses.replace(g, gap=gap), comps, notes)
+
+
+def scale_costs(comps: dict[str, np.ndarray], gap: np.ndarray, k: np.ndarray,
+                leaf: np.ndarray, own: ChainOwners) -> dict[str, np.ndarray]:
+    """Each event's costs (where the scheduler uses them: ``leaf``) and the host self time it
+    owns scaled by ``k``: new costs returned, chain gaps ``gap`` scaled in place. ``k`` per
+    event; or (events x scenarios) with ``gap`` (positions x scenarios), a column each."""
+    kl = np.where(leaf if k.ndim == 1 else leaf[:, None], k, 1.0)
+    out = {c: (comps[c] if k.ndim == 1 else comps[c][:, None]) * kl for c in COMPONENTS}
+    o = own.owner
+    scal = own.host_gap & ~own.wait & (o >= 0)
+    gap[scal] *= k[o[scal]]
+    return out
 
 
 def _spread(events: pa.Table, g: Graph, k: np.ndarray, seed: np.ndarray) -> np.ndarray:
@@ -450,4 +459,5 @@ def _add_trailing(g: Graph, own: ChainOwners, gap: np.ndarray, ids: np.ndarray,
 
 
 __all__ = ["WhatIf", "Change", "parse_whatif", "parse_whatifs", "select", "apply_whatifs",
-           "chain_owners", "leaf_mask", "launcher", "nested", "set_durations", "Edited", "SELECTOR_KEYS"]
+           "chain_owners", "leaf_mask", "launcher", "nested", "set_durations", "Edited", "SELECTOR_KEYS",
+           "scale_costs"]

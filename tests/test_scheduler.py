@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -11,7 +12,13 @@ from replay.attribution import check_attribution
 from replay.costs import AsMeasured, split_by_kind
 from replay.graph import EDGE_CODE, Graph, build_graph
 from replay.run import replay_events
-from replay.scheduler import BOUND_RESOURCE, SchedulePlan, _segment_cummax, schedule
+from replay.scheduler import (
+    BOUND_RESOURCE,
+    SchedulePlan,
+    _segment_cummax,
+    schedule,
+    schedule_many,
+)
 from tests.replay_tables import dev, host, table
 
 
@@ -367,6 +374,31 @@ def test_recorded_rounds_replay_other_costs_bit_for_bit(rows, data):
     fresh, replayed = schedule(g, dur2, resource, cap), schedule(g, dur2, resource, cap, plan=plan)
     for f in ("T", "ready", "bound", "bound_src", "queue", "coll_wait", "peer_ready"):
         assert np.array_equal(getattr(fresh, f), getattr(replayed, f)), f
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces(), st.data(), st.booleans())
+def test_many_scenarios_in_one_pass_schedule_as_each_alone(rows, data, pools):
+    # columns of durations and chain gaps scheduled together are, bit for bit, what each one
+    # gives by itself (resource pools, settled per column, included)
+    g, _ = graph_and_durations(rows, data)
+    t = table(rows)
+    rank = t.column("rank").to_numpy()
+    resource = cap = None
+    if pools:
+        resource = np.where(t.column("is_device").to_numpy(zero_copy_only=False), rank, -1)
+        resource = resource.astype(np.int32)
+        cap = np.ones(int(rank.max()) + 1, dtype=np.int32)
+    durs = np.stack([graph_and_durations(rows, data)[1] for _ in range(4)], axis=1)
+    gaps = np.stack([g.gap * np.array(data.draw(st.lists(st.floats(0.0, 3.0), min_size=len(
+        g.gap), max_size=len(g.gap)))) for _ in range(4)], axis=1)
+    plan = SchedulePlan()
+    schedule(g, durs[:, 0], resource, cap, plan=plan)  # records the rounds
+    T = schedule_many(g, durs, gaps, resource, cap, plan=plan)
+    for j in range(durs.shape[1]):
+        alone = schedule(dataclasses.replace(g, gap=gaps[:, j].copy()), durs[:, j].copy(),
+                         resource, cap)
+        assert np.array_equal(T[:, j], alone.T), j
 
 
 def test_a_plan_is_recorded_again_for_another_graph():
