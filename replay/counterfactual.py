@@ -31,6 +31,7 @@ from replay.whatif import (
     launcher,
     leaf_mask,
     nested,
+    nesting,
     parse_whatif,
     scale_costs,
     select,
@@ -107,15 +108,16 @@ class Prepared:
         per = max(1, min(len(items), (1 << 23) // max(2 * g.n, 1)))
         for c0 in range(0, len(items), per):
             chunk = items[c0:c0 + per]
-            K = np.ones((g.n, len(chunk)))
+            dur = np.empty((g.n, len(chunk)))
+            gap = np.empty((len(g.gap), len(chunk)))
             for j, (m, v) in enumerate(chunk):
-                K[m, j] = v
-            gap = np.repeat(g.gap.astype(np.float64)[:, None], len(chunk), axis=1)
-            comps = scale_costs(self.comps, gap, K, self.leaf, self.owners)
-            dur: np.ndarray | int = 0
-            for c in self.comps:  # `Costed.dur`: the components summed in this order
-                dur = dur + comps[c]
-            del comps, K
+                gap[:, j] = g.gap
+                gj = gap[:, j].copy()
+                comps = scale_costs(self.comps, gj, np.where(m, v, 1.0), self.leaf, self.owners)
+                d: np.ndarray | int = 0
+                for c in self.comps:  # `Costed.dur`: the components summed in this order
+                    d = d + comps[c]
+                dur[:, j], gap[:, j] = d, gj
             T = schedule_many(g, dur, gap, np.asarray(self.costs.resource),  # type: ignore[arg-type]
                               np.asarray(self.costs.resource_capacity), plan=self.plan)
             ws, we = wins.spans(T)
@@ -182,43 +184,65 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "[]*?" else c for c in name)
 
 
+def sorted_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string column as (per row: its index into the values, the distinct values sorted);
+    a null reads ``'None'``, as numpy's ``astype(str)`` reads it."""
+    arr = pc.fill_null(col, "None")
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    enc = pc.dictionary_encode(arr)
+    vals = np.array(enc.dictionary.to_pylist(), dtype=object)
+    o = np.array(sorted(range(len(vals)), key=vals.__getitem__), dtype=np.int64)
+    rank = np.empty(len(o), dtype=np.int64)
+    rank[o] = np.arange(len(o))
+    return rank[enc.indices.to_numpy(zero_copy_only=False)], vals[o]
+
+
 def candidate_groups(p: Prepared, by: tuple[str, ...] = GROUP_BY) -> list[tuple[str, str]]:
     """(dimension, selector) of every group the profile may rank."""
     ev = p.events
-    kind = ev.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    kcode, kvals = sorted_codes(ev.column("kind"))
+    kind_is = {k: i for i, k in enumerate(kvals.tolist())}
+    passive = np.isin(kcode, [kind_is[k] for k in PASSIVE_KINDS if k in kind_is])
     # each op's own time: a leaf's cost, an op's self time (a CPU op with children, such as
     # aten::linear around its addmm, does its work in its self time)
     cost = total_cost(p.comps) * p.leaf
     own = p.owners.host_gap & ~p.owners.wait & (p.owners.owner >= 0)
     selft = np.bincount(p.owners.owner[own], weights=p.graph.gap[own], minlength=p.graph.n)
     tot = cost + selft
-    work = ~np.isin(kind, PASSIVE_KINDS) & (p.leaf | (tot > 0))
+    work = ~passive & (p.leaf | (tot > 0))
     out: list[tuple[str, str]] = []
     if "kind" in by:
-        for k in np.unique(kind[work]).tolist():
+        for k in kvals[np.unique(kcode[work])].tolist():
             out.append(("kind", f"kind={k}"))
+    ncode, nvals = sorted_codes(ev.column("name")) if {"name", "scope"} & set(by) \
+        else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
     if "name" in by:
-        names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
-        ops = ~np.isin(kind, PASSIVE_KINDS) & (work | (p.events.column("depth").to_numpy() >= 0))
+        ops = ~passive & (work | (p.events.column("depth").to_numpy() >= 0))
         # names: the 40 with the most own time (cost + self time) are candidates
-        u, inv = np.unique(names[ops], return_inverse=True)
-        per = np.bincount(inv, weights=tot[ops], minlength=len(u))
+        present = np.unique(ncode[ops])
+        u = nvals[present]
+        remap = np.zeros(len(nvals), dtype=np.int64)
+        remap[present] = np.arange(len(present))
+        per = np.bincount(remap[ncode[ops]], weights=tot[ops], minlength=len(u))
         # launch calls: their kernels are a group of their own (the call's group is its cost)
         lau = launcher(ev, p.graph)
-        launches = set(names[lau[lau >= 0]].tolist())
+        launches = set(ncode[lau[lau >= 0]].tolist())
+        runtime = kcode == kind_is.get("runtime", -1)
+        only_runtime = np.bincount(ncode, weights=runtime, minlength=len(nvals)) \
+            == np.bincount(ncode, minlength=len(nvals))
         for i in np.argsort(-per)[:40].tolist():
             if per[i] > 0:
                 out.append(("name", f"name={glob_escape(u[i])}"))
-                if u[i] in launches and (kind[names == u[i]] == "runtime").all():
+                if int(present[i]) in launches and only_runtime[present[i]]:
                     out.append(("launched", f"launched_by={glob_escape(u[i])}"))
     if "scope" in by:
-        ann = (kind == "annotation") & ~ev.column("is_device").to_numpy(zero_copy_only=False)
-        names = ev.column("name").to_numpy(zero_copy_only=False).astype(str)
+        ann = (kcode == kind_is.get("annotation", -1)) \
+            & ~ev.column("is_device").to_numpy(zero_copy_only=False)
         skip = pc.starts_with(ev.column("name"), "ProfilerStep#").fill_null(False)
         skip = skip.to_numpy(zero_copy_only=False).astype(bool)
         skip |= pc.match_substring_regex(ev.column("name"), PROFILER_SPANS).fill_null(
             False).to_numpy(zero_copy_only=False).astype(bool)
-        for nm in np.unique(names[ann & ~skip]).tolist():
+        for nm in nvals[np.unique(ncode[ann & ~skip])].tolist():
             out.append(("scope", f"kind=annotation,name={glob_escape(nm)}"))
     ranks = np.unique(ev.column("rank").to_numpy()).tolist()
     if "rank" in by and len(ranks) > 1:  # one rank: its row would be "everything"
@@ -266,12 +290,13 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
     base = p.step_mean()
     is_dev = p.events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
     groups = []
+    tree = nesting(p.events, p.graph)
     for dim, sel in candidate_groups(p, by):
         w = parse_whatif(f"{sel}:x1")
-        mask = select(p.events, p.graph, w)
+        mask = select(p.events, p.graph, w, tree)
         if not mask.any():
             continue
-        full = nested(p.events, p.graph, mask)
+        full = nested(p.events, p.graph, mask, tree)
         # host ops that bring device work with them (their launches' kernels): say so
         brings = dim != "scope" and bool((full & ~mask & is_dev).any()) \
             and not is_dev[mask].any()

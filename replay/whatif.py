@@ -227,30 +227,49 @@ def launcher(events: pa.Table, g: Graph) -> np.ndarray:
     return out
 
 
-def nested(events: pa.Table, g: Graph, seed: np.ndarray) -> np.ndarray:
+@dataclass
+class Nesting:
+    """What `nested` reads of a trace, read once for callers that select many times."""
+
+    parent: np.ndarray     # per event: its parent row, 0 where it has none (see has_parent)
+    has_parent: np.ndarray
+    levels: int            # the most nesting levels to follow
+    runtime: np.ndarray    # per event: a runtime call
+    launcher: np.ndarray   # per event: `launcher`
+
+
+def nesting(events: pa.Table, g: Graph) -> Nesting:
+    parent = events.column("parent_id").to_numpy()
+    has_p = parent >= 0
+    return Nesting(parent=np.where(has_p, parent, 0), has_parent=has_p,
+                   levels=int(events.column("depth").to_numpy().max(initial=0)) + 1,
+                   runtime=events.column("kind").to_numpy(zero_copy_only=False) == "runtime",
+                   launcher=launcher(events, g))
+
+
+def nested(events: pa.Table, g: Graph, seed: np.ndarray, tree: Nesting | None = None) -> np.ndarray:
     """``seed`` plus everything nested in it (host) and the work launched from there. A runtime
     call in ``seed`` whose parent is not selected launches nothing selected: a launch call's own
-    cost is not its kernel's (``launched_by=`` selects those)."""
-    parent = events.column("parent_id").to_numpy()
+    cost is not its kernel's (``launched_by=`` selects those). ``tree``: `nesting` of the
+    trace, when read already."""
+    t = tree if tree is not None else nesting(events, g)
     m = seed.copy()
-    has_p = parent >= 0
-    p = np.where(has_p, parent, 0)
-    for _ in range(int(events.column("depth").to_numpy().max(initial=0)) + 1):
+    has_p, p = t.has_parent, t.parent
+    for _ in range(t.levels):
         nxt = m | (has_p & m[p])
         if np.array_equal(nxt, m):
             break
         m = nxt
-    own_only = (events.column("kind").to_numpy(zero_copy_only=False) == "runtime") \
-        & ~(has_p & m[p])
-    lau = launcher(events, g)
+    own_only = t.runtime & ~(has_p & m[p])
+    lau = t.launcher
     has_l = lau >= 0
     li = np.where(has_l, lau, 0)
     m |= has_l & m[li] & ~own_only[li]
     return m
 
 
-def select(events: pa.Table, g: Graph, w: WhatIf) -> np.ndarray:
-    """Boolean mask of the events the selector names."""
+def select(events: pa.Table, g: Graph, w: WhatIf, tree: Nesting | None = None) -> np.ndarray:
+    """Boolean mask of the events the selector names (``tree``: `nesting`, when read)."""
     n = events.num_rows
     m = np.ones(n, dtype=bool)
     for key, alts in w.terms:
@@ -268,10 +287,10 @@ def select(events: pa.Table, g: Graph, w: WhatIf) -> np.ndarray:
             ann = _match_strings(events.column("name"), alts)
             ann &= (events.column("kind").to_numpy(zero_copy_only=False) == "annotation")
             ann &= ~events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
-            m &= nested(events, g, ann) & ~ann
+            m &= nested(events, g, ann, tree) & ~ann
         elif key == "launched_by":
             hit = _match_strings(events.column("name"), alts)
-            lau = launcher(events, g)
+            lau = tree.launcher if tree is not None else launcher(events, g)
             m &= (lau >= 0) & hit[np.where(lau >= 0, lau, 0)]
     return m
 
@@ -416,10 +435,9 @@ def apply_whatifs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray],
 def scale_costs(comps: dict[str, np.ndarray], gap: np.ndarray, k: np.ndarray,
                 leaf: np.ndarray, own: ChainOwners) -> dict[str, np.ndarray]:
     """Each event's costs (where the scheduler uses them: ``leaf``) and the host self time it
-    owns scaled by ``k``: new costs returned, chain gaps ``gap`` scaled in place. ``k`` per
-    event; or (events x scenarios) with ``gap`` (positions x scenarios), a column each."""
-    kl = np.where(leaf if k.ndim == 1 else leaf[:, None], k, 1.0)
-    out = {c: (comps[c] if k.ndim == 1 else comps[c][:, None]) * kl for c in COMPONENTS}
+    owns scaled by ``k`` (per event): new costs returned, chain gaps ``gap`` scaled in place."""
+    kl = np.where(leaf, k, 1.0)
+    out = {c: comps[c] * kl for c in COMPONENTS}
     o = own.owner
     scal = own.host_gap & ~own.wait & (o >= 0)
     gap[scal] *= k[o[scal]]
@@ -459,5 +477,5 @@ def _add_trailing(g: Graph, own: ChainOwners, gap: np.ndarray, ids: np.ndarray,
 
 
 __all__ = ["WhatIf", "Change", "parse_whatif", "parse_whatifs", "select", "apply_whatifs",
-           "chain_owners", "leaf_mask", "launcher", "nested", "set_durations", "Edited", "SELECTOR_KEYS",
+           "chain_owners", "leaf_mask", "launcher", "nested", "nesting", "Nesting", "set_durations", "Edited", "SELECTOR_KEYS",
            "scale_costs"]
