@@ -104,8 +104,9 @@ class Prepared:
         wins = self.windows()
         whole = _whole_steps(wins.step)
         out = []
-        # columns per pass: each (points x columns) array stays under ~64 MB
-        per = max(1, min(len(items), (1 << 23) // max(2 * g.n, 1)))
+        # columns per pass: each (points x columns) array under ~16 MB (measured faster than
+        # fewer, larger passes: the arrays stay in cache more)
+        per = max(1, min(len(items), (1 << 21) // max(2 * g.n, 1)))
         for c0 in range(0, len(items), per):
             chunk = items[c0:c0 + per]
             dur = np.empty((g.n, len(chunk)))

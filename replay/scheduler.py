@@ -100,10 +100,11 @@ class _Solver:
     cycle through a track chain) falls back to repeated rescans, which reach the same fixpoint.
     """
 
-    def __init__(self, g: Graph, w: np.ndarray, pos: np.ndarray) -> None:
+    def __init__(self, g: Graph, w: np.ndarray | None, pos: np.ndarray) -> None:
         self.order, self.ptr = g.order, g.track_ptr
         self.ntr = len(self.ptr) - 1
-        self.C = segment_cumsum(w, self.ptr)  # each track's running sum from its first point
+        # each track's running sum from its first point (without lags: the structure only)
+        self.C = segment_cumsum(w, self.ptr) if w is not None else np.zeros(0)
         ne = len(g.dst_pt)
         dpos = pos[g.dst_pt] if ne else np.zeros(0, dtype=np.int64)
         eo = np.argsort(dpos, kind="stable")
@@ -519,7 +520,7 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
     W = chain_lags(g, dur, gap)
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
-    sv = _Solver(g, W[:, 0], pos)  # the shared structure (its own C is column 0's)
+    sv = _Solver(g, None, pos)  # the shared structure
     C = W.copy()
     for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist()):
         if b > a:
