@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +45,12 @@ GROUP_BY = ("kind", "name", "scope", "rank")
 #: Annotations the profiler itself writes around everything it records (not user scopes):
 #: PyTorch's ``PyTorch Profiler (0)``, ``[param|...]`` records, and MTIA's whole-trace spans.
 PROFILER_SPANS = r"^(PyTorch Profiler|\[|__MTIA_CCP_events__|MTIA Activity Trace)"
+
+
+#: what a graph edited for a prediction must share with the trace's graph to be scheduled
+#: with the others (`Prepared.step_means`): all but its chain gaps and lags
+_STRUCTURE = ("order", "track_ptr", "track_is_device", "leaf_end", "base", "src_pt",
+              "dst_pt", "etype", "coll_group")
 
 
 @dataclass
@@ -86,44 +93,64 @@ class Prepared:
     def predict_scaled(self, items: list[tuple[np.ndarray, float]]) -> list[float]:
         """The mean step of each (events, factor): the events' costs and the self time they own
         scaled by the factor, as `predict` gives, bit for bit, for a scale what-if whose
-        selection with what it nests and launches (`replay.whatif.nested`) is those events.
-        All in one pass over the graph's recorded rounds (`scheduler.schedule_many`), a column
-        per prediction; a model that stretches overlapped compute schedules each by itself."""
-        if not items:
-            return []
+        selection with what it nests and launches (`replay.whatif.nested`) is those events."""
         g = self.graph
-        if self.slow > 0 or self.costs.interference is not None \
-                or self.plan.for_graph(g).steps is None:
-            out = []
+
+        def edits() -> Iterator[tuple[Graph, dict[str, np.ndarray]]]:
             for m, v in items:
                 gap = g.gap.astype(np.float64, copy=True)
-                comps = scale_costs(self.comps, gap, np.where(m, v, 1.0), self.leaf,
-                                    self.owners)
-                out.append(self.step_mean(dataclasses.replace(g, gap=gap), comps))
-            return out
+                comps = scale_costs(self.comps, gap, np.where(m, v, 1.0), self.leaf, self.owners)
+                yield dataclasses.replace(g, gap=gap), comps
+
+        return self.step_means(edits(), len(items))
+
+    def step_means(self, edits: Iterable[tuple[Graph, dict[str, np.ndarray]]],
+                   count: int) -> list[float]:
+        """`step_mean` of each of ``count`` (graph, costs), graphs that differ from this one in
+        their chain gaps only: each the same, bit for bit, as one schedule by itself, all in
+        passes over the graph's recorded rounds (`scheduler.schedule_many`), a column per
+        prediction. A model that stretches overlapped compute schedules each by itself."""
+        g = self.graph
+        it = iter(edits)
+        if self.slow > 0 or self.costs.interference is not None \
+                or self.plan.for_graph(g).steps is None:
+            return [self.step_mean(gk, ck) for gk, ck in it]
         wins = self.windows()
         whole = _whole_steps(wins.step)
-        out = []
+        out: list[float] = []
         # columns per pass: each (points x columns) array under ~16 MB (measured faster than
         # fewer, larger passes: the arrays stay in cache more)
-        per = max(1, min(len(items), (1 << 21) // max(2 * g.n, 1)))
-        for c0 in range(0, len(items), per):
-            chunk = items[c0:c0 + per]
-            dur = np.empty((g.n, len(chunk)))
-            gap = np.empty((len(g.gap), len(chunk)))
-            for j, (m, v) in enumerate(chunk):
-                gap[:, j] = g.gap
-                gj = gap[:, j].copy()
-                comps = scale_costs(self.comps, gj, np.where(m, v, 1.0), self.leaf, self.owners)
+        per = max(1, (1 << 21) // max(2 * g.n, 1))
+        while len(out) < count:
+            cols = min(per, count - len(out))
+            dur = np.empty((g.n, cols))
+            gap = np.empty((len(g.gap), cols))
+            lags: list[np.ndarray] = []
+            ready: list[np.ndarray] = []
+            alone: dict[int, float] = {}  # graphs of another structure: scheduled alone
+            for j in range(cols):
+                gk, ck = next(it)
+                if any(getattr(gk, f) is not getattr(g, f) for f in _STRUCTURE):
+                    alone[j] = self.step_mean(gk, ck)
+                    gk, ck = g, self.comps
                 d: np.ndarray | int = 0
-                for c in self.comps:  # `Costed.dur`: the components summed in this order
-                    d = d + comps[c]
-                dur[:, j], gap[:, j] = d, gj
-            T = schedule_many(g, dur, gap, np.asarray(self.costs.resource),  # type: ignore[arg-type]
-                              np.asarray(self.costs.resource_capacity), plan=self.plan)
+                for c in ck:  # `Costed.dur`: the components summed in this order
+                    d = d + ck[c]
+                dur[:, j], gap[:, j] = d, gk.gap
+                lags.append(gk.lag)
+                ready.append(gk.ready_lag)
+            same_lag = all(x is g.lag for x in lags)
+            same_ready = all(x is g.ready_lag for x in ready)
+            T = schedule_many(g, dur, gap, np.asarray(self.costs.resource),
+                              np.asarray(self.costs.resource_capacity), plan=self.plan,
+                              lag=None if same_lag else np.stack(lags, axis=1),
+                              ready_lag=None if same_ready else np.stack(ready, axis=1))
             ws, we = wins.spans(T)
             tot = np.ascontiguousarray((we - ws)[whole].T)  # a row per prediction
-            out.extend(float(t.mean()) if len(t) else 0.0 for t in tot)
+            means = [float(t.mean()) if len(t) else 0.0 for t in tot]
+            for j, v in alone.items():
+                means[j] = v
+            out.extend(means)
         return out
 
     def windows(self) -> StepWindows:

@@ -593,6 +593,7 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     full = np.ones(pb.graph.n, dtype=bool)
     g_all, c_all = apply_transplant(pb, tp, full)
     pred_times = pb.step_times(g_all, c_all)  # type: ignore[arg-type]
+    del g_all, c_all
     predicted = float(pred_times.mean()) if len(pred_times) else 0.0
     steps_b = per_step(base, pb.graph, base_meas)
     steps_n = per_step(new, pn.graph, new_meas)
@@ -616,13 +617,16 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     steps = [(g, np.isin(lab_s, [g])) for g in keep]
     if rest:
         steps.append((f"(other {len(rest)} groups)", np.isin(lab_s, rest)))
-    for gname, gm in steps:
-        mask |= gm
-        if mask.all() or len(contributions) == len(steps) - 1:
-            cur = predicted
-        else:
-            g_k, c_k = apply_transplant(pb, tp, mask)
-            cur = pb.step_mean(g_k, c_k)  # type: ignore[arg-type]
+    # the prediction with each prefix of the groups transplanted: all in one pass
+    masks = []
+    for i, (_, gm) in enumerate(steps):
+        mask = mask | gm
+        masks.append(None if mask.all() or i == len(steps) - 1 else mask)
+    todo = [mk for mk in masks if mk is not None]
+    means = iter(pb.step_means((apply_transplant(pb, tp, mk) for mk in todo),  # type: ignore[misc]
+                               len(todo)))
+    for (gname, _), mk in zip(steps, masks):
+        cur = predicted if mk is None else next(means)
         contributions.append((gname, cur - prev))
         prev = cur
     contributions.sort(key=lambda t: -abs(t[1]))

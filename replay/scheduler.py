@@ -48,18 +48,20 @@ class Schedule:
     own_src: np.ndarray | None = None
 
 
-def chain_lags(g: Graph, dur: np.ndarray, gap: np.ndarray | None = None) -> np.ndarray:
+def chain_lags(g: Graph, dur: np.ndarray, gap: np.ndarray | None = None,
+               ready_lag: np.ndarray | None = None) -> np.ndarray:
     """Chain lag per position: costed duration for leaf ends, ready lag before device starts,
-    measured gaps elsewhere (host self time and gaps). ``dur`` per event, or (events,
-    scenarios) with ``gap`` (positions, scenarios): one column of lags per scenario."""
+    measured gaps elsewhere (host self time and gaps). ``dur`` per event, or (events x
+    scenarios) with ``gap`` (positions x scenarios) and optionally ``ready_lag`` (events x
+    scenarios, else ``g``'s for all): one column of lags per scenario."""
     ev = g.order // 2
     is_end = (g.order % 2) == 1
     w = (g.gap if gap is None else gap).copy()
     w[g.leaf_end] = dur[ev[g.leaf_end]]
     dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
     w[dev_pos & is_end] = dur[ev[dev_pos & is_end]]
-    lag = g.ready_lag[ev[dev_pos & ~is_end]]
-    w[dev_pos & ~is_end] = lag if w.ndim == 1 else lag[:, None]
+    lag = (g.ready_lag if ready_lag is None else ready_lag)[ev[dev_pos & ~is_end]]
+    w[dev_pos & ~is_end] = lag if w.ndim == lag.ndim else lag[:, None]
     w[g.track_ptr[:-1][g.track_ptr[:-1] < len(w)]] = 0.0
     return w
 
@@ -323,7 +325,7 @@ class _Advance:
         if len(self.E):
             if not hasattr(self, "_gm"):
                 self._gm = _GroupMax(self.at)
-            self._gm.apply(x, sv.T[self.esrc] + sv.lag[self.E][:, None])
+            self._gm.apply(x, sv.T[self.esrc] + sv.lags(self.E))
         m = x
         C = sv.C[self.P]
         m -= C
@@ -377,8 +379,8 @@ class _Settle:
             self._gm_fin, self._gm_pend = _GroupMax(self.fin_r), _GroupMax(self.r_p)
         own = sv.rows(hs)
         if len(self.fin_r):
-            self._gm_fin.apply(own, sv.T[self.fin_src] + sv.lag[self.fin_e][:, None])
-        lag_p = sv.lag[self.pend_e][:, None]
+            self._gm_fin.apply(own, sv.T[self.fin_src] + sv.lags(self.fin_e))
+        lag_p = sv.lags(self.pend_e)
         Ch = sv.C[hs]
         Mprev = np.where(self.has_prev[:, None], sv.M[self.prev], -np.inf)
         Mh = np.maximum(Mprev, own - Ch)
@@ -416,12 +418,18 @@ class _Batch:
     in ``C`` (chain sums), ``M``, ``T`` and the base times ``xb`` (per position, or one column
     per scenario); edges, order and track bounds shared (`_Solver`'s)."""
 
-    def __init__(self, sv: _Solver, C: np.ndarray, xb: np.ndarray, npts: int) -> None:
-        self.order, self.lag, self.ptr = sv.order, sv.lag, sv.ptr
+    def __init__(self, sv: _Solver, C: np.ndarray, xb: np.ndarray, npts: int,
+                 lag: np.ndarray | None = None) -> None:
+        self.order, self.ptr = sv.order, sv.ptr
+        self.lag = sv.lag if lag is None else lag  # per edge (solver order), or a column each
         self.C, self.xb = C, xb
         self.S = C.shape[1]
         self.T = np.full((npts, self.S), -np.inf)
         self.M = np.empty(C.shape)
+
+    def lags(self, e: np.ndarray) -> np.ndarray:
+        """The lags of edges ``e`` (solver order), one column per scenario or one for all."""
+        return self.lag[e] if self.lag.ndim == 2 else self.lag[e][:, None]
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
         """The base times of positions ``idx``, one column per scenario (a new array)."""
@@ -499,10 +507,13 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
 
 def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
                   resource: np.ndarray | None = None, capacity: np.ndarray | None = None, *,
-                  plan: SchedulePlan) -> np.ndarray:
+                  plan: SchedulePlan, lag: np.ndarray | None = None,
+                  ready_lag: np.ndarray | None = None) -> np.ndarray:
     """Times (points x scenarios) of ``g`` scheduled once per scenario: column j is what
     `schedule` gives, bit for bit, with durations ``dur[:, j]`` (events x scenarios) and chain
-    gaps ``gap[:, j]`` (positions x scenarios) in place of ``g.gap``. The rounds of ``plan``
+    gaps ``gap[:, j]`` (positions x scenarios) in place of ``g.gap``, and, when given, edge
+    lags ``lag[:, j]`` (edges x scenarios) and ready lags ``ready_lag[:, j]`` (events x
+    scenarios) in place of ``g.lag`` and ``g.ready_lag``. The rounds of ``plan``
     (recorded by an earlier `schedule` of ``g``) are replayed once for all columns, so their
     per-call cost is paid once; resource pools, settled by readiness, are settled per column
     with the columns that wait scheduled again together. Without a recorded plan (or when
@@ -512,15 +523,16 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
     if plan.steps is None or plan.rescan:
         out = np.empty((npts, S))
         for j in range(S):
-            gj = dataclasses.replace(g, gap=np.ascontiguousarray(gap[:, j]))
-            out[:, j] = schedule(gj, np.ascontiguousarray(dur[:, j]), resource, capacity,
+            out[:, j] = schedule(_column(g, j, gap, lag, ready_lag),
+                                 np.ascontiguousarray(dur[:, j]), resource, capacity,
                                  plan=plan).T
         return out
     order, ptr = g.order, g.track_ptr
-    W = chain_lags(g, dur, gap)
+    W = chain_lags(g, dur, gap, ready_lag)
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
     sv = _Solver(g, None, pos)  # the shared structure
+    lag_s = lag[sv.eo] if lag is not None else None  # in the solver's edge order
     C = W.copy()
     for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist()):
         if b > a:
@@ -528,7 +540,7 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
     steps = plan.steps
 
     def run(cols: np.ndarray | slice, xb: np.ndarray) -> _Batch:
-        bt = _Batch(sv, C[:, cols], xb, npts)
+        bt = _Batch(sv, C[:, cols], xb, npts, lag_s[:, cols] if lag_s is not None else None)
         for step in steps:
             step.apply_many(bt)
         return bt
@@ -544,6 +556,8 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
     for j in range(S):
         svj = copy.copy(sv)
         svj.C, svj.M = np.ascontiguousarray(C[:, j]), np.ascontiguousarray(bt.M[:, j])
+        if lag_s is not None:
+            svj.lag = np.ascontiguousarray(lag_s[:, j])
         wj = np.ascontiguousarray(W[:, j])
         Tj = np.ascontiguousarray(out[:, j])
         cols.append(_Column(svj, wj, _bindings(g, svj, Tj, wj, pos, None),
@@ -568,6 +582,15 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
                 cols[j].pools.check(cols[j].sched, cols[j].res_x)
         active = [j for j in active if not cols[j].pools.done()]
     return out
+
+
+def _column(g: Graph, j: int, gap: np.ndarray, lag: np.ndarray | None,
+            ready_lag: np.ndarray | None) -> Graph:
+    """``g`` with scenario j's chain gaps and lags (`schedule_many`'s columns)."""
+    return dataclasses.replace(
+        g, gap=np.ascontiguousarray(gap[:, j]),
+        lag=g.lag if lag is None else np.ascontiguousarray(lag[:, j]),
+        ready_lag=g.ready_lag if ready_lag is None else np.ascontiguousarray(ready_lag[:, j]))
 
 
 @dataclass

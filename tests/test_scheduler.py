@@ -392,12 +392,19 @@ def test_many_scenarios_in_one_pass_schedule_as_each_alone(rows, data, pools):
     durs = np.stack([graph_and_durations(rows, data)[1] for _ in range(4)], axis=1)
     gaps = np.stack([g.gap * np.array(data.draw(st.lists(st.floats(0.0, 3.0), min_size=len(
         g.gap), max_size=len(g.gap)))) for _ in range(4)], axis=1)
+    lags = ready = None
+    if data.draw(st.booleans()):  # edge and ready lags per scenario too
+        lags = np.stack([g.lag * np.array(data.draw(st.lists(st.floats(0.0, 3.0), min_size=len(
+            g.lag), max_size=len(g.lag)))) for _ in range(4)], axis=1)
+        ready = np.stack([g.ready_lag * data.draw(st.floats(0.0, 3.0)) for _ in range(4)], axis=1)
     plan = SchedulePlan()
     schedule(g, durs[:, 0], resource, cap, plan=plan)  # records the rounds
-    T = schedule_many(g, durs, gaps, resource, cap, plan=plan)
+    T = schedule_many(g, durs, gaps, resource, cap, plan=plan, lag=lags, ready_lag=ready)
     for j in range(durs.shape[1]):
-        alone = schedule(dataclasses.replace(g, gap=gaps[:, j].copy()), durs[:, j].copy(),
-                         resource, cap)
+        gj = dataclasses.replace(g, gap=gaps[:, j].copy())
+        if lags is not None and ready is not None:
+            gj = dataclasses.replace(gj, lag=lags[:, j].copy(), ready_lag=ready[:, j].copy())
+        alone = schedule(gj, durs[:, j].copy(), resource, cap)
         assert np.array_equal(T[:, j], alone.T), j
 
 
