@@ -106,18 +106,24 @@ class Prepared:
 
     def step_means(self, edits: Iterable[tuple[Graph, dict[str, np.ndarray]]],
                    count: int) -> list[float]:
-        """`step_mean` of each of ``count`` (graph, costs), graphs that differ from this one in
-        their chain gaps only: each the same, bit for bit, as one schedule by itself, all in
-        passes over the graph's recorded rounds (`scheduler.schedule_many`), a column per
-        prediction. A model that stretches overlapped compute schedules each by itself."""
+        """`step_mean` of each of ``count`` (graph, costs) (`step_times_many`)."""
+        return [float(t.mean()) if len(t) else 0.0 for t in self.step_times_many(edits, count)]
+
+    def step_times_many(self, edits: Iterable[tuple[Graph, dict[str, np.ndarray]]],
+                        count: int) -> list[np.ndarray]:
+        """`step_times` of each of ``count`` (graph, costs), graphs that differ from this one
+        in their chain gaps and lags only: each the same, bit for bit, as one schedule by
+        itself, all in passes over the graph's recorded rounds (`scheduler.schedule_many`), a
+        column per prediction. A model that stretches overlapped compute schedules each by
+        itself."""
         g = self.graph
         it = iter(edits)
         if self.slow > 0 or self.costs.interference is not None \
                 or self.plan.for_graph(g).steps is None:
-            return [self.step_mean(gk, ck) for gk, ck in it]
+            return [self.step_times(gk, ck) for gk, ck in it]
         wins = self.windows()
         whole = _whole_steps(wins.step)
-        out: list[float] = []
+        out: list[np.ndarray] = []
         # columns per pass: each (points x columns) array under ~16 MB (measured faster than
         # fewer, larger passes: the arrays stay in cache more)
         per = max(1, (1 << 21) // max(2 * g.n, 1))
@@ -127,11 +133,11 @@ class Prepared:
             gap = np.empty((len(g.gap), cols))
             lags: list[np.ndarray] = []
             ready: list[np.ndarray] = []
-            alone: dict[int, float] = {}  # graphs of another structure: scheduled alone
+            alone: dict[int, np.ndarray] = {}  # graphs of another structure: scheduled alone
             for j in range(cols):
                 gk, ck = next(it)
                 if any(getattr(gk, f) is not getattr(g, f) for f in _STRUCTURE):
-                    alone[j] = self.step_mean(gk, ck)
+                    alone[j] = self.step_times(gk, ck)
                     gk, ck = g, self.comps
                 d: np.ndarray | int = 0
                 for c in ck:  # `Costed.dur`: the components summed in this order
@@ -147,10 +153,10 @@ class Prepared:
                               ready_lag=None if same_ready else np.stack(ready, axis=1))
             ws, we = wins.spans(T)
             tot = np.ascontiguousarray((we - ws)[whole].T)  # a row per prediction
-            means = [float(t.mean()) if len(t) else 0.0 for t in tot]
+            times = list(tot)
             for j, v in alone.items():
-                means[j] = v
-            out.extend(means)
+                times[j] = v
+            out.extend(times)
         return out
 
     def windows(self) -> StepWindows:

@@ -35,7 +35,13 @@ import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
 from replay.attribution import window_spans
-from replay.counterfactual import Prepared, _whole_steps, measured_step_times, prepare
+from replay.counterfactual import (
+    Prepared,
+    _whole_steps,
+    measured_step_times,
+    prepare,
+    sorted_codes,
+)
 from replay.graph import EDGE_CODE, Graph
 from replay.whatif import launcher, set_durations, total_cost
 
@@ -70,11 +76,12 @@ def _step_ordinal(events: pa.Table) -> np.ndarray:
     out = np.full(len(step), -1, dtype=np.int64)
     ok = step >= 0
     if ok.any():
-        key = np.stack([rank[ok], step[ok]], axis=1)
-        u, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        first = np.searchsorted(u[:, 0], u[:, 0], side="left")
-        out[ok] = (np.arange(len(u)) - first)[inv]
+        r, st = rank[ok] - rank[ok].min(), step[ok]
+        # (rank, step) as one key that sorts the same way
+        u, inv = np.unique(r * (int(st.max()) + 1) + st, return_inverse=True)
+        ur = u // (int(st.max()) + 1)
+        first = np.searchsorted(ur, ur, side="left")
+        out[ok] = (np.arange(len(u)) - first)[inv.reshape(-1)]
     return out
 
 
@@ -117,8 +124,7 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
     sides = []
     for ev, c in ((base, cb), (new, cn)):
         rank = ev.column("rank").to_numpy().astype(np.int64)
-        track = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
-        sides.append((rank, track, _step_ordinal(ev), c))
+        sides.append((rank, sorted_codes(ev.column("track")), _step_ordinal(ev), c))
     kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
     cmb, cmn = _join_keys(kb, kn)
     out_b: list[np.ndarray] = [cmb]
@@ -126,16 +132,20 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
     keyed_b, keyed_n = kb[:, 0] >= 0, kn[:, 0] >= 0
     um_b: Counter = Counter()
     um_n: Counter = Counter()
-    (rb, trb, sb, _), (rn, trn, sn, _) = sides
+    # tracks as codes into their sorted names (one per side)
+    (rb, (trb, tvb), sb, _), (rn, (trn, tvn), sn, _) = sides
+    code_b = {t: i for i, t in enumerate(tvb.tolist())}
+    code_n = {t: i for i, t in enumerate(tvn.tolist())}
     for r in sorted(set(rb.tolist()) | set(rn.tolist())):  # ranks: few
         ib = np.flatnonzero(rb == r)
         inn = np.flatnonzero(rn == r)
-        tb = {t: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
-        tn = {t: Counter(cn[inn[trn[inn] == t]].tolist()) for t in np.unique(trn[inn]).tolist()}
+        tb = {tvb[t]: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
+        tn = {tvn[t]: Counter(cn[inn[trn[inn] == t]].tolist())
+              for t in np.unique(trn[inn]).tolist()}
         pairs = _pair_tracks(tb, tn)
         for t_b, t_n in pairs.items():  # tracks: few
-            eb = ib[(trb[ib] == t_b) & ~keyed_b[ib]]
-            en = inn[(trn[inn] == t_n) & ~keyed_n[inn]]
+            eb = ib[(trb[ib] == code_b[t_b]) & ~keyed_b[ib]]
+            en = inn[(trn[inn] == code_n[t_n]) & ~keyed_n[inn]]
             for k in np.union1d(sb[eb], sn[en]).tolist():  # steps: few
                 a = eb[sb[eb] == k]
                 b = en[sn[en] == k]
@@ -590,16 +600,8 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     base_meas = measured_step_times(base, pb.graph)
     new_meas = measured_step_times(new, pn.graph)
     base_rep = pb.step_mean()
-    full = np.ones(pb.graph.n, dtype=bool)
-    g_all, c_all = apply_transplant(pb, tp, full)
-    pred_times = pb.step_times(g_all, c_all)  # type: ignore[arg-type]
-    del g_all, c_all
-    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
-    steps_b = per_step(base, pb.graph, base_meas)
-    steps_n = per_step(new, pn.graph, new_meas)
-    steps_p = per_step(base, pb.graph, pred_times)
-    k = min(len(steps_b), len(steps_n), len(steps_p))
-    # sequential attribution over groups, largest busy-time change first
+    # sequential attribution over groups, largest busy-time change first: the prediction with
+    # everything transplanted and with each prefix of the groups, all in one pass
     lab = group_labels(pb, group_by)
     dc = np.nan_to_num(tp.cost_new - tp.cost_base) * pb.leaf
     ds = np.nan_to_num(tp.self_new - tp.self_base)
@@ -611,22 +613,32 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     keep = [u[i] for i in order[:max_groups]]
     rest = [u[i] for i in order[max_groups:]]
     lab_s = lab.astype(str)
-    contributions: list[tuple[str, float]] = []
-    mask = np.zeros(pb.graph.n, dtype=bool)
-    prev = base_rep
     steps = [(g, np.isin(lab_s, [g])) for g in keep]
     if rest:
         steps.append((f"(other {len(rest)} groups)", np.isin(lab_s, rest)))
-    # the prediction with each prefix of the groups transplanted: all in one pass
-    masks = []
+    full = np.ones(pb.graph.n, dtype=bool)
+    masks: list[np.ndarray | None] = []
+    mask = np.zeros(pb.graph.n, dtype=bool)
     for i, (_, gm) in enumerate(steps):
         mask = mask | gm
         masks.append(None if mask.all() or i == len(steps) - 1 else mask)
-    todo = [mk for mk in masks if mk is not None]
-    means = iter(pb.step_means((apply_transplant(pb, tp, mk) for mk in todo),  # type: ignore[misc]
-                               len(todo)))
+    todo = [full, *(mk for mk in masks if mk is not None)]
+    times = iter(pb.step_times_many(
+        (apply_transplant(pb, tp, mk) for mk in todo), len(todo)))  # type: ignore[misc]
+    pred_times = next(times)
+    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
+    steps_b = per_step(base, pb.graph, base_meas)
+    steps_n = per_step(new, pn.graph, new_meas)
+    steps_p = per_step(base, pb.graph, pred_times)
+    k = min(len(steps_b), len(steps_n), len(steps_p))
+    contributions: list[tuple[str, float]] = []
+    prev = base_rep
     for (gname, _), mk in zip(steps, masks):
-        cur = predicted if mk is None else next(means)
+        if mk is None:
+            cur = predicted
+        else:
+            t = next(times)
+            cur = float(t.mean()) if len(t) else 0.0
         contributions.append((gname, cur - prev))
         prev = cur
     contributions.sort(key=lambda t: -abs(t[1]))
