@@ -32,11 +32,11 @@ from replay.whatif import (
     launcher,
     leaf_mask,
     nested,
-    nesting,
     parse_whatif,
     scale_costs,
     select,
     total_cost,
+    trace_index,
 )
 
 #: Group dimensions of the causal profile, in the order they are listed.
@@ -306,10 +306,8 @@ def describe(selector: str, events: pa.Table | None = None) -> str:
     if "name" in terms:
         own = ""
         if events is not None:
-            kind = events.column("kind").to_numpy(zero_copy_only=False)
-            names = events.column("name").to_numpy(zero_copy_only=False)
-            sel = kind[names == lit("name")]
-            if len(sel) and (sel == "runtime").all():
+            sel = pc.filter(events.column("kind"), pc.equal(events.column("name"), lit("name")))
+            if len(sel) and pc.all(pc.equal(sel, "runtime").fill_null(False)).as_py():
                 own = " calls (own time)"
         return f"{lit('name')}{own}"
     if "rank" in terms:
@@ -324,7 +322,7 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
     base = p.step_mean()
     is_dev = p.events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
     groups = []
-    tree = nesting(p.events, p.graph)
+    tree = trace_index(p.events, p.graph)
     for dim, sel in candidate_groups(p, by):
         w = parse_whatif(f"{sel}:x1")
         mask = select(p.events, p.graph, w, tree)
