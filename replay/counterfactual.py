@@ -125,12 +125,17 @@ class Prepared:
         whole = _whole_steps(wins.step)
         out: list[np.ndarray] = []
         # columns per pass: each (points x columns) array under ~16 MB (measured faster than
-        # fewer, larger passes: the arrays stay in cache more)
-        per = max(1, (1 << 21) // max(2 * g.n, 1))
+        # fewer, larger passes: the arrays stay in cache more), unless the rounds are short
+        # (many rounds of a few points: a pass costs their calls, whatever its columns), then
+        # up to ~64 MB
+        npts = max(2 * g.n, 1)
+        steps = self.plan.steps or []
+        short = -(-4096 * len(steps) // npts)  # columns for ~4096 values a round
+        per = max(1, min(max((1 << 21) // npts, short), (1 << 23) // npts))
         while len(out) < count:
             cols = min(per, count - len(out))
-            dur = np.empty((g.n, cols))
-            gap = np.empty((len(g.gap), cols))
+            durs: list[np.ndarray] = []
+            gaps: list[np.ndarray] = []
             lags: list[np.ndarray] = []
             ready: list[np.ndarray] = []
             alone: dict[int, np.ndarray] = {}  # graphs of another structure: scheduled alone
@@ -142,9 +147,12 @@ class Prepared:
                 d: np.ndarray | int = 0
                 for c in ck:  # `Costed.dur`: the components summed in this order
                     d = d + ck[c]
-                dur[:, j], gap[:, j] = d, gk.gap
+                durs.append(d)  # type: ignore[arg-type]
+                gaps.append(gk.gap)
                 lags.append(gk.lag)
                 ready.append(gk.ready_lag)
+            dur, gap = np.stack(durs, axis=1), np.stack(gaps, axis=1)
+            del durs, gaps
             same_lag = all(x is g.lag for x in lags)
             same_ready = all(x is g.ready_lag for x in ready)
             T = schedule_many(g, dur, gap, np.asarray(self.costs.resource),

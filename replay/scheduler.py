@@ -76,6 +76,9 @@ def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None
     value d back in the same segment (d = 1, 2, 4, ...); each long one by itself."""
     if not len(m):
         return
+    if len(lens) == 1:  # one segment (often: a round that advances one track)
+        np.maximum.accumulate(m, axis=0, out=m)
+        return
     r = np.arange(len(m)) - np.repeat(starts, lens)  # position within its segment
     top = int(min(lens.max(), _LONG))
     d = 1
@@ -400,16 +403,22 @@ class _Settle:
 
 
 class _GroupMax:
-    """``np.maximum.at(x, idx, vals)`` over rows, as one sort and one ``reduceat``."""
+    """``np.maximum.at(x, idx, vals)`` over rows, as one sort and one ``reduceat`` (neither
+    when ``idx`` is sorted already, or has no repeats)."""
 
     def __init__(self, idx: np.ndarray) -> None:
-        self.o = np.argsort(idx, kind="stable")
-        si = idx[self.o]
-        self.first = np.flatnonzero(np.r_[True, si[1:] != si[:-1]]) if len(si) else si
+        ordered = len(idx) < 2 or bool((idx[1:] >= idx[:-1]).all())
+        self.o = None if ordered else np.argsort(idx, kind="stable")
+        si = idx if self.o is None else idx[self.o]
+        new = np.ones(len(si), dtype=bool)
+        new[1:] = si[1:] != si[:-1]
+        self.first = np.flatnonzero(new)
         self.u = si[self.first]
+        self.repeats = len(self.first) < len(si)
 
     def apply(self, x: np.ndarray, vals: np.ndarray) -> None:
-        red = np.maximum.reduceat(vals[self.o], self.first, axis=0)
+        v = vals if self.o is None else vals[self.o]
+        red = np.maximum.reduceat(v, self.first, axis=0) if self.repeats else v
         x[self.u] = np.maximum(x[self.u], red)
 
 
