@@ -22,8 +22,15 @@ from mtia_trace.schema import PASSIVE_KINDS
 from replay.attribution import StepWindows, window_spans
 from replay.costs import COMPONENTS, AsMeasured, CostModel, EventCosts
 from replay.graph import Graph, build_graph
-from replay.pipeline import Costed, costing_input, launch_latencies, modelled_lags, schedule_costs
-from replay.scheduler import SchedulePlan, schedule_many
+from replay.pipeline import (
+    Costed,
+    costing_input,
+    launch_latencies,
+    modelled_lags,
+    schedule_costs,
+    stretch,
+)
+from replay.scheduler import SchedulePlan, schedule_many, schedules_many
 from replay.whatif import (
     ChainOwners,
     WhatIf,
@@ -114,12 +121,11 @@ class Prepared:
         """`step_times` of each of ``count`` (graph, costs), graphs that differ from this one
         in their chain gaps and lags only: each the same, bit for bit, as one schedule by
         itself, all in passes over the graph's recorded rounds (`scheduler.schedule_many`), a
-        column per prediction. A model that stretches overlapped compute schedules each by
-        itself."""
+        column per prediction; with a model that stretches compute overlapping communication,
+        the stretched ones in a second pass, as `pipeline.schedule_costs` does."""
         g = self.graph
         it = iter(edits)
-        if self.slow > 0 or self.costs.interference is not None \
-                or self.plan.for_graph(g).steps is None:
+        if self.plan.for_graph(g).steps is None:
             return [self.step_times(gk, ck) for gk, ck in it]
         wins = self.windows()
         whole = _whole_steps(wins.step)
@@ -135,6 +141,7 @@ class Prepared:
         while len(out) < count:
             cols = min(per, count - len(out))
             durs: list[np.ndarray] = []
+            comps: list[dict[str, np.ndarray]] = []
             gaps: list[np.ndarray] = []
             lags: list[np.ndarray] = []
             ready: list[np.ndarray] = []
@@ -148,6 +155,7 @@ class Prepared:
                 for c in ck:  # `Costed.dur`: the components summed in this order
                     d = d + ck[c]
                 durs.append(d)  # type: ignore[arg-type]
+                comps.append(ck)
                 gaps.append(gk.gap)
                 lags.append(gk.lag)
                 ready.append(gk.ready_lag)
@@ -155,10 +163,30 @@ class Prepared:
             del durs, gaps
             same_lag = all(x is g.lag for x in lags)
             same_ready = all(x is g.ready_lag for x in ready)
-            T = schedule_many(g, dur, gap, np.asarray(self.costs.resource),
-                              np.asarray(self.costs.resource_capacity), plan=self.plan,
-                              lag=None if same_lag else np.stack(lags, axis=1),
-                              ready_lag=None if same_ready else np.stack(ready, axis=1))
+            lag = None if same_lag else np.stack(lags, axis=1)
+            rl = None if same_ready else np.stack(ready, axis=1)
+            res = np.asarray(self.costs.resource)
+            cap = np.asarray(self.costs.resource_capacity)
+            if self.slow <= 0 and self.costs.interference is None:
+                T = schedule_many(g, dur, gap, res, cap, plan=self.plan, lag=lag, ready_lag=rl)
+            else:  # `schedule_costs`: compute overlapping communication stretched, again
+                T = np.empty((2 * g.n, cols))
+                again: list[int] = []
+                again_dur: list[np.ndarray] = []
+                for j, sj in enumerate(schedules_many(g, dur, gap, res, cap, plan=self.plan,
+                                                      lag=lag, ready_lag=rl)):
+                    cj = Costed(comps=comps[j], resource=res, capacity=cap, notes={},
+                                interference=self.costs.interference)
+                    st = stretch(self.events, sj, cj, self.slow)
+                    T[:, j] = sj.T
+                    if st is not None:
+                        again.append(j)
+                        again_dur.append(st.dur)
+                if again:
+                    T[:, again] = schedule_many(
+                        g, np.stack(again_dur, axis=1), gap[:, again], res, cap, plan=self.plan,
+                        lag=None if lag is None else lag[:, again],
+                        ready_lag=None if rl is None else rl[:, again])
             ws, we = wins.spans(T)
             tot = np.ascontiguousarray((we - ws)[whole].T)  # a row per prediction
             times = list(tot)

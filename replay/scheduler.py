@@ -527,15 +527,36 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
     per-call cost is paid once; resource pools, settled by readiness, are settled per column
     with the columns that wait scheduled again together. Without a recorded plan (or when
     the graph needed rescans) each column is scheduled by itself."""
+    T, _ = _schedule_many(g, dur, gap, resource, capacity, plan, lag, ready_lag, False)
+    return T
+
+
+def schedules_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
+                   resource: np.ndarray | None = None, capacity: np.ndarray | None = None, *,
+                   plan: SchedulePlan, lag: np.ndarray | None = None,
+                   ready_lag: np.ndarray | None = None) -> list[Schedule]:
+    """`schedule_many` with each column's whole `Schedule` (ready times, bindings, waits), as
+    `schedule` gives it."""
+    _, out = _schedule_many(g, dur, gap, resource, capacity, plan, lag, ready_lag, True)
+    return out  # type: ignore[return-value]
+
+
+def _schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray, resource: np.ndarray | None,
+                   capacity: np.ndarray | None, plan: SchedulePlan, lag: np.ndarray | None,
+                   ready_lag: np.ndarray | None, full: bool
+                   ) -> tuple[np.ndarray, list[Schedule] | None]:
     npts, S = 2 * g.n, dur.shape[1]
     plan = plan.for_graph(g)
     if plan.steps is None or plan.rescan:
         out = np.empty((npts, S))
+        alone = []
         for j in range(S):
-            out[:, j] = schedule(_column(g, j, gap, lag, ready_lag),
-                                 np.ascontiguousarray(dur[:, j]), resource, capacity,
-                                 plan=plan).T
-        return out
+            sj = schedule(_column(g, j, gap, lag, ready_lag), np.ascontiguousarray(dur[:, j]),
+                          resource, capacity, plan=plan)
+            out[:, j] = sj.T
+            if full:
+                alone.append(sj)
+        return out, alone if full else None
     order, ptr = g.order, g.track_ptr
     W = chain_lags(g, dur, gap, ready_lag)
     pos = np.empty(npts, dtype=np.int64)
@@ -556,11 +577,13 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
 
     if resource is not None and len(resource):
         resource = np.where(_containers(g), -1, resource)
+    use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
     bt = run(slice(None), sv.base_pos)
-    if resource is None or not len(resource) or not bool((resource >= 0).any()):
-        return bt.T
-    # resource pools: `schedule`'s rounds per column, the columns that wait rescheduled together
     out = bt.T
+    if not use_res and not full:
+        return out, None
+    # per column: `schedule`'s bindings and, with resource pools, its rounds of settling them
+    # (the columns that wait scheduled again together)
     cols: list[_Column] = []
     for j in range(S):
         svj = copy.copy(sv)
@@ -568,14 +591,20 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
         if lag_s is not None:
             svj.lag = np.ascontiguousarray(lag_s[:, j])
         wj = np.ascontiguousarray(W[:, j])
-        Tj = np.ascontiguousarray(out[:, j])
-        cols.append(_Column(svj, wj, _bindings(g, svj, Tj, wj, pos, None),
-                            _Pools(g, np.ascontiguousarray(dur[:, j]), resource,
-                                   capacity),  # type: ignore[arg-type]
-                            np.full(npts, -np.inf)))
-    active = list(range(S))
+        sched = _bindings(_column(g, j, gap, lag, ready_lag), svj,
+                          np.ascontiguousarray(out[:, j]), wj, pos, None)
+        sched.passes = 1
+        pools = _Pools(g, np.ascontiguousarray(dur[:, j]), resource,  # type: ignore[arg-type]
+                       capacity) if use_res else None  # type: ignore[arg-type]
+        cols.append(_Column(svj, wj, sched, pools, np.full(npts, -np.inf), False))
+    active = list(range(S)) if use_res else []
     while active:
-        again = [j for j in active if cols[j].pools.commit(cols[j].sched, cols[j].res_x)]
+        again = []
+        for j in active:
+            c = cols[j]
+            c.current = False
+            if c.pools.commit(c.sched, c.res_x):  # type: ignore[union-attr]
+                again.append(j)
         if again:
             xb = np.maximum(sv.base_pos[:, None],
                             np.stack([cols[j].res_x[order] for j in again], axis=1))
@@ -584,13 +613,18 @@ def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
                 c = cols[j]
                 c.sv.M = np.ascontiguousarray(bt.M[:, i])
                 out[:, j] = bt.T[:, i]
-                c.sched = _bindings(g, c.sv, np.ascontiguousarray(bt.T[:, i]), c.w, pos,
-                                    c.res_x)
+                passes = c.sched.passes + 1
+                c.sched = _bindings(_column(g, j, gap, lag, ready_lag), c.sv,
+                                    np.ascontiguousarray(bt.T[:, i]), c.w, pos, c.res_x)
+                c.sched.passes, c.current = passes, True
         for j in active:
-            if cols[j].pools.done():
-                cols[j].pools.check(cols[j].sched, cols[j].res_x)
-        active = [j for j in active if not cols[j].pools.done()]
-    return out
+            c = cols[j]
+            if c.pools.done():  # type: ignore[union-attr]
+                if not c.current:
+                    c.sched = _queued(c.sched, c.res_x)
+                c.pools.check(c.sched, c.res_x)  # type: ignore[union-attr]
+        active = [j for j in active if not cols[j].pools.done()]  # type: ignore[union-attr]
+    return out, [c.sched for c in cols] if full else None
 
 
 def _column(g: Graph, j: int, gap: np.ndarray, lag: np.ndarray | None,
@@ -609,8 +643,9 @@ class _Column:
     sv: _Solver
     w: np.ndarray
     sched: Schedule
-    pools: _Pools
+    pools: _Pools | None
     res_x: np.ndarray
+    current: bool  # whether sched's bindings saw the latest res_x
 
 
 def _containers(g: Graph) -> np.ndarray:

@@ -18,6 +18,7 @@ from replay.scheduler import (
     _segment_cummax,
     schedule,
     schedule_many,
+    schedules_many,
 )
 from tests.replay_tables import dev, host, table
 
@@ -400,12 +401,15 @@ def test_many_scenarios_in_one_pass_schedule_as_each_alone(rows, data, pools):
     plan = SchedulePlan()
     schedule(g, durs[:, 0], resource, cap, plan=plan)  # records the rounds
     T = schedule_many(g, durs, gaps, resource, cap, plan=plan, lag=lags, ready_lag=ready)
+    full = schedules_many(g, durs, gaps, resource, cap, plan=plan, lag=lags, ready_lag=ready)
     for j in range(durs.shape[1]):
         gj = dataclasses.replace(g, gap=gaps[:, j].copy())
         if lags is not None and ready is not None:
             gj = dataclasses.replace(gj, lag=lags[:, j].copy(), ready_lag=ready[:, j].copy())
         alone = schedule(gj, durs[:, j].copy(), resource, cap)
         assert np.array_equal(T[:, j], alone.T), j
+        for f in ("T", "ready", "bound", "bound_src", "queue", "coll_wait", "peer_ready"):
+            assert np.array_equal(getattr(full[j], f), getattr(alone, f)), (j, f)
 
 
 def test_a_plan_is_recorded_again_for_another_graph():

@@ -371,21 +371,24 @@ def _synth4(tmp_path_factory) -> pa.Table:
     return load(d).events
 
 
-@pytest.mark.parametrize("trace", ["cpu", "gpu", "synth4", "synth4-pools"])
+@pytest.mark.parametrize("trace", ["cpu", "gpu", "synth4", "synth4-pools", "synth4-mtia300"])
 def test_profile_in_one_pass_equals_one_prediction_at_a_time(trace, tmp_path_factory) -> None:
     """The profile schedules all its predictions together (a column each); every one is, bit
-    for bit, the prediction made by itself: CPU ranks over gloo, GPU ranks with collectives,
-    and a target whose collectives hold resource pools (queueing itself is checked where it
-    happens often, in test_scheduler's many-scenario test)."""
+    for bit, the prediction made by itself: CPU ranks over gloo, GPU ranks with collectives, a
+    target whose collectives hold resource pools (queueing itself is checked where it happens
+    often, in test_scheduler's many-scenario test), and that target whole (its compute
+    stretched where it overlaps communication, scheduled again)."""
     if trace in ("cpu", "gpu"):
         p = prepare(_events(str(CPU if trace == "cpu" else GPU)))
     else:
         from mtia_trace.replay_job import ReplayOptions, cost_model
 
         model = None
-        if trace == "synth4-pools":
+        if trace != "synth4":
             model, _, _ = cost_model("mtia300", ReplayOptions(hws=["mtia300"]))
         p = prepare(_synth4(tmp_path_factory), model)  # type: ignore[arg-type]
+        if trace == "synth4-mtia300":
+            assert p.costs.interference is not None
         if trace == "synth4-pools":
             assert (np.asarray(p.costs.resource) >= 0).any()
             # no stretch of overlapped compute: the predictions take the one-pass path
