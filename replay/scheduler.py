@@ -68,6 +68,8 @@ def chain_lags(g: Graph, dur: np.ndarray, gap: np.ndarray | None = None,
 
 #: segments longer than this take one running-maximum call each, the rest are scanned together
 _LONG = 64
+#: this many segments or fewer take one running-maximum call each, whatever their length
+_FEW = 16
 
 
 def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
@@ -76,8 +78,9 @@ def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None
     value d back in the same segment (d = 1, 2, 4, ...); each long one by itself."""
     if not len(m):
         return
-    if len(lens) == 1:  # one segment (often: a round that advances one track)
-        np.maximum.accumulate(m, axis=0, out=m)
+    if len(lens) <= _FEW:  # few segments (often: a round that advances a track per rank)
+        for a, n in zip(starts.tolist(), lens.tolist()):
+            np.maximum.accumulate(m[a:a + n], axis=0, out=m[a:a + n])
         return
     r = np.arange(len(m)) - np.repeat(starts, lens)  # position within its segment
     top = int(min(lens.max(), _LONG))
