@@ -342,10 +342,10 @@ def test_worklist_work_per_round_does_not_grow_with_the_trace(monkeypatch):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 150), min_size=1, max_size=12), st.data())
+@given(st.lists(st.integers(1, 150), min_size=1, max_size=40), st.data())
 def test_segment_running_maximum(lens, data):
-    # back-to-back segments, short ones scanned together and long ones one by one: each is the
-    # running maximum of its own values only
+    # back-to-back segments (a few: one by one; many: short ones scanned together, long ones
+    # one by one): each is the running maximum of its own values only, in a 2-D array too
     vals = np.array(data.draw(st.lists(st.floats(-1e6, 1e6), min_size=sum(lens),
                                        max_size=sum(lens))))
     lens_a = np.array(lens)
@@ -354,6 +354,11 @@ def test_segment_running_maximum(lens, data):
     _segment_cummax(m, starts, lens_a)
     want = np.concatenate([np.maximum.accumulate(vals[a:a + n]) for a, n in zip(starts, lens)])
     assert np.array_equal(m, want)
+    m2 = np.stack([vals, -vals], axis=1)
+    _segment_cummax(m2, starts, lens_a)
+    assert np.array_equal(m2[:, 0], want)
+    assert np.array_equal(m2[:, 1], np.concatenate([np.maximum.accumulate(-vals[a:a + n])
+                                                    for a, n in zip(starts, lens)]))
 
 
 @settings(max_examples=40, deadline=None)
