@@ -74,7 +74,7 @@ class Prepared:
     notes: dict[str, object] = field(default_factory=dict)
     #: the worklist's rounds, recorded by the first prediction and replayed by the others
     plan: SchedulePlan = field(default_factory=SchedulePlan)
-    _windows: StepWindows | None = None
+    _windows: StepWindows | None = field(default=None, init=False, repr=False)
 
     def step_times(self, g: Graph | None = None,
                    comps: dict[str, np.ndarray] | None = None) -> np.ndarray:
@@ -358,13 +358,13 @@ def causal_profile(p: Prepared, *, top: int = 20, by: tuple[str, ...] = GROUP_BY
     base = p.step_mean()
     is_dev = p.events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
     groups = []
-    tree = trace_index(p.events, p.graph)
+    index = trace_index(p.events, p.graph)
     for dim, sel in candidate_groups(p, by):
         w = parse_whatif(f"{sel}:x1")
-        mask = select(p.events, p.graph, w, tree)
+        mask = select(p.events, p.graph, w, index)
         if not mask.any():
             continue
-        full = nested(p.events, p.graph, mask, tree)
+        full = nested(p.events, p.graph, mask, index)
         # host ops that bring device work with them (their launches' kernels): say so
         brings = dim != "scope" and bool((full & ~mask & is_dev).any()) \
             and not is_dev[mask].any()

@@ -262,12 +262,12 @@ def trace_index(events: pa.Table, g: Graph) -> TraceIndex:
 
 
 def nested(events: pa.Table, g: Graph, seed: np.ndarray,
-           tree: TraceIndex | None = None) -> np.ndarray:
+           index: TraceIndex | None = None) -> np.ndarray:
     """``seed`` plus everything nested in it (host) and the work launched from there. A runtime
     call in ``seed`` whose parent is not selected launches nothing selected: a launch call's own
-    cost is not its kernel's (``launched_by=`` selects those). ``tree``: `trace_index` of the
+    cost is not its kernel's (``launched_by=`` selects those). ``index``: `trace_index` of the
     trace, when read already."""
-    t = tree if tree is not None else trace_index(events, g)
+    t = index if index is not None else trace_index(events, g)
     m = seed.copy()
     has_p, p = t.has_parent, t.parent
     for _ in range(t.levels):
@@ -283,11 +283,11 @@ def nested(events: pa.Table, g: Graph, seed: np.ndarray,
     return m
 
 
-def select(events: pa.Table, g: Graph, w: WhatIf, tree: TraceIndex | None = None) -> np.ndarray:
-    """Boolean mask of the events the selector names (``tree``: `trace_index`, when read)."""
+def select(events: pa.Table, g: Graph, w: WhatIf, index: TraceIndex | None = None) -> np.ndarray:
+    """Boolean mask of the events the selector names (``index``: `trace_index`, when read)."""
 
     def enc(col: str) -> tuple[pa.Array, np.ndarray] | None:
-        return tree.encoded(events, col) if tree is not None else None
+        return index.encoded(events, col) if index is not None else None
 
     n = events.num_rows
     m = np.ones(n, dtype=bool)
@@ -306,10 +306,10 @@ def select(events: pa.Table, g: Graph, w: WhatIf, tree: TraceIndex | None = None
             ann = _match_strings(events.column("name"), alts, enc("name"))
             ann &= (events.column("kind").to_numpy(zero_copy_only=False) == "annotation")
             ann &= ~events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
-            m &= nested(events, g, ann, tree) & ~ann
+            m &= nested(events, g, ann, index) & ~ann
         elif key == "launched_by":
             hit = _match_strings(events.column("name"), alts, enc("name"))
-            lau = tree.launcher if tree is not None else launcher(events, g)
+            lau = index.launcher if index is not None else launcher(events, g)
             m &= (lau >= 0) & hit[np.where(lau >= 0, lau, 0)]
     return m
 
