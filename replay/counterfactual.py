@@ -57,7 +57,7 @@ PROFILER_SPANS = r"^(PyTorch Profiler|\[|__MTIA_CCP_events__|MTIA Activity Trace
 #: what a graph edited for a prediction must share with the trace's graph to be scheduled
 #: with the others (`Prepared.step_means`): all but its chain gaps and lags
 _STRUCTURE = ("order", "track_ptr", "track_is_device", "leaf_end", "base", "src_pt",
-              "dst_pt", "etype", "coll_group")
+              "dst_pt", "etype", "coll_group", "pool", "pool_capacity")
 
 
 @dataclass
