@@ -20,6 +20,10 @@ much each part did.
    `_starts_new`). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data
    loading outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
    return latencies stay BASE's.
+   Where NEW issues collectives BASE does not (another DDP bucket), the graph replayed is
+   built over BASE's events plus NEW's unmatched ones, placed among BASE's where NEW has them
+   (`with_new_only`): those get NEW's dependencies and durations. Where BASE issues
+   collectives NEW does not, BASE's unmatched events take no time (`_drop_base_only`).
 3. *Attribute* (`diff_traces`): groups (by default the outermost user annotation an event is in,
    below ``ProfilerStep#``) get NEW's durations one after the other (sequential scheme: groups
    in order of their busy-time change, largest first); each group's contribution is the step
