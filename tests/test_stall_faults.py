@@ -35,7 +35,7 @@ TRACES = [
 
 #: Traces where every device stall a synchronize waits for is partly absorbed before its step
 #: ends (other requests' work ends the window): the fault is judged on what reaches it.
-PARTIAL = {REAL / "hta" / "mtia_inference_trace", REAL / "hta" / "negative_queue_length_values_check"}
+PARTIAL = {REAL / "hta" / "mtia_inference_trace"}
 
 
 def _ids(p: Path) -> str:
