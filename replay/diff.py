@@ -38,8 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from replay.attribution import step_windows
-from replay.counterfactual import Prepared, _Sched, measured_step_times, prepare
+from replay.attribution import window_spans
+from replay.counterfactual import (
+    Prepared,
+    _whole_steps,
+    measured_step_times,
+    prepare,
+    sorted_codes,
+)
 from replay.graph import EDGE_CODE, Graph
 from replay.whatif import launcher, set_durations, total_cost
 
@@ -74,11 +80,12 @@ def _step_ordinal(events: pa.Table) -> np.ndarray:
     out = np.full(len(step), -1, dtype=np.int64)
     ok = step >= 0
     if ok.any():
-        key = np.stack([rank[ok], step[ok]], axis=1)
-        u, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        first = np.searchsorted(u[:, 0], u[:, 0], side="left")
-        out[ok] = (np.arange(len(u)) - first)[inv]
+        r, st = rank[ok] - rank[ok].min(), step[ok]
+        # (rank, step) as one key that sorts the same way
+        u, inv = np.unique(r * (int(st.max()) + 1) + st, return_inverse=True)
+        ur = u // (int(st.max()) + 1)
+        first = np.searchsorted(ur, ur, side="left")
+        out[ok] = (np.arange(len(u)) - first)[inv.reshape(-1)]
     return out
 
 
@@ -121,8 +128,7 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
     sides = []
     for ev, c in ((base, cb), (new, cn)):
         rank = ev.column("rank").to_numpy().astype(np.int64)
-        track = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
-        sides.append((rank, track, _step_ordinal(ev), c))
+        sides.append((rank, sorted_codes(ev.column("track")), _step_ordinal(ev), c))
     kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
     _align_seqs(kb, kn, _coll_signature(base, cb), _coll_signature(new, cn),
                 base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
@@ -132,16 +138,20 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
     keyed_b, keyed_n = kb[:, 0] >= 0, kn[:, 0] >= 0
     um_b: Counter = Counter()
     um_n: Counter = Counter()
-    (rb, trb, sb, _), (rn, trn, sn, _) = sides
+    # tracks as codes into their sorted names (one per side)
+    (rb, (trb, tvb), sb, _), (rn, (trn, tvn), sn, _) = sides
+    code_b = {t: i for i, t in enumerate(tvb.tolist())}
+    code_n = {t: i for i, t in enumerate(tvn.tolist())}
     for r in sorted(set(rb.tolist()) | set(rn.tolist())):  # ranks: few
         ib = np.flatnonzero(rb == r)
         inn = np.flatnonzero(rn == r)
-        tb = {t: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
-        tn = {t: Counter(cn[inn[trn[inn] == t]].tolist()) for t in np.unique(trn[inn]).tolist()}
+        tb = {tvb[t]: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
+        tn = {tvn[t]: Counter(cn[inn[trn[inn] == t]].tolist())
+              for t in np.unique(trn[inn]).tolist()}
         pairs = _pair_tracks(tb, tn)
         for t_b, t_n in pairs.items():  # tracks: few
-            eb = ib[(trb[ib] == t_b) & ~keyed_b[ib]]
-            en = inn[(trn[inn] == t_n) & ~keyed_n[inn]]
+            eb = ib[(trb[ib] == code_b[t_b]) & ~keyed_b[ib]]
+            en = inn[(trn[inn] == code_n[t_n]) & ~keyed_n[inn]]
             for k in np.union1d(sb[eb], sn[en]).tolist():  # steps: few
                 a = eb[sb[eb] == k]
                 b = en[sn[en] == k]
@@ -655,10 +665,8 @@ def _spread(values: list[float]) -> float:
 def per_step(events: pa.Table, g: Graph, times: np.ndarray) -> list[float]:
     """Mean over ranks of each whole step's time (``times``: per (rank, step) window, in the
     order of `window_times`), steps in order."""
-    wins = step_windows(events, g, _Sched(np.zeros(2 * g.n)))  # type: ignore[arg-type]
-    steps = np.array([w[1] for w in wins], dtype=np.int64)
-    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), dtype=bool)
-    steps = steps[keep]
+    steps = window_spans(events, g).step
+    steps = steps[_whole_steps(steps)]
     if len(steps) != len(times):
         return []
     u, inv = np.unique(steps, return_inverse=True)
@@ -690,15 +698,8 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     base_meas = measured_step_times(base, pb.graph)
     new_meas = measured_step_times(new, pn.graph)
     base_rep = pb.step_mean()
-    full = np.ones(pb.graph.n, dtype=bool)
-    g_all, c_all = apply_transplant(pb, tp, full)
-    pred_times = pb.step_times(g_all, c_all)  # type: ignore[arg-type]
-    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
-    steps_b = per_step(base, pb.graph, base_meas)
-    steps_n = per_step(new, pn.graph, new_meas)
-    steps_p = per_step(base, pb.graph, pred_times)
-    k = min(len(steps_b), len(steps_n), len(steps_p))
-    # sequential attribution over groups, largest busy-time change first
+    # sequential attribution over groups, largest busy-time change first: the prediction with
+    # everything transplanted and with each prefix of the groups, all in one pass
     lab = group_labels(pb, group_by)
     dc = np.nan_to_num(tp.cost_new - tp.cost_base) * pb.leaf
     ds = np.nan_to_num(tp.self_new - tp.self_base)
@@ -710,19 +711,32 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     keep = [u[i] for i in order[:max_groups]]
     rest = [u[i] for i in order[max_groups:]]
     lab_s = lab.astype(str)
-    contributions: list[tuple[str, float]] = []
-    mask = np.zeros(pb.graph.n, dtype=bool)
-    prev = base_rep
     steps = [(g, np.isin(lab_s, [g])) for g in keep]
     if rest:
         steps.append((f"(other {len(rest)} groups)", np.isin(lab_s, rest)))
-    for gname, gm in steps:
-        mask |= gm
-        if mask.all() or len(contributions) == len(steps) - 1:
+    full = np.ones(pb.graph.n, dtype=bool)
+    masks: list[np.ndarray | None] = []
+    mask = np.zeros(pb.graph.n, dtype=bool)
+    for i, (_, gm) in enumerate(steps):
+        mask = mask | gm
+        masks.append(None if mask.all() or i == len(steps) - 1 else mask)
+    todo = [full, *(mk for mk in masks if mk is not None)]
+    times = iter(pb.step_times_many(
+        (apply_transplant(pb, tp, mk) for mk in todo), len(todo)))  # type: ignore[misc]
+    pred_times = next(times)
+    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
+    steps_b = per_step(base, pb.graph, base_meas)
+    steps_n = per_step(new, pn.graph, new_meas)
+    steps_p = per_step(base, pb.graph, pred_times)
+    k = min(len(steps_b), len(steps_n), len(steps_p))
+    contributions: list[tuple[str, float]] = []
+    prev = base_rep
+    for (gname, _), mk in zip(steps, masks):
+        if mk is None:
             cur = predicted
         else:
-            g_k, c_k = apply_transplant(pb, tp, mask)
-            cur = pb.step_mean(g_k, c_k)  # type: ignore[arg-type]
+            t = next(times)
+            cur = float(t.mean()) if len(t) else 0.0
         contributions.append((gname, cur - prev))
         prev = cur
     contributions.sort(key=lambda t: -abs(t[1]))
