@@ -70,8 +70,8 @@ def _middle(cands: np.ndarray, times: np.ndarray) -> int | None:
 
 
 def kernel_fault(events: pa.Table, g: Graph, d: float = STALL_US) -> tuple[pa.Table, Fault] | None:
-    """The ``kernel`` fault (module docstring), or None when no candidate
-    (`kernel_candidates`) delays the end of its step at all. Of the candidates nearest the
+    """The ``kernel`` fault (module docstring); where no candidate (`kernel_candidates`)
+    delays the end of its step at all, `rank_shift_fault`. Of the candidates nearest the
     middle of the trace, the first whose whole stall reaches its step's end, else the one that
     reaches it most (the rest absorbed by slack on the way)."""
     cands = kernel_candidates(events, g)
@@ -90,13 +90,52 @@ def kernel_fault(events: pa.Table, g: Graph, d: float = STALL_US) -> tuple[pa.Ta
         if reached >= d - 1e-6 * max(1.0, d):
             break  # the whole stall reaches the step's end
     if best is None or best[0] <= 1e-6:
-        return None
+        return rank_shift_fault(events, g, d)
     _, k, shift = best
     shift = np.round(shift, 3)  # to the trace's resolution (ns): ties stay ties
     s0, s1 = shift[0::2], shift[1::2]
     out = _with_times(events, ts + s0, dur + (s1 - s0))
     return out, Fault("kernel", int(rank[k]), int(step[k]), float(ts[k]),
                       str(_np(events, "name")[k]))
+
+
+def rank_shift_fault(events: pa.Table, g: Graph,
+                     d: float = STALL_US) -> tuple[pa.Table, Fault] | None:
+    """The ``kernel`` fault where no candidate's delay reaches its step's end through the
+    trace's dependencies (a synchronize whose later work has slack everywhere): the rank
+    itself stops, everything of the rank on the event's stream from it on and everything of
+    the rank after the synchronize returns moves by ``d`` (what spans that return grows). None
+    when no synchronize inside a step is blocked on a device event (or collective transfer)."""
+    sync = (g.etype == EDGE_CODE["sync"]) & (g.src_pt % 2 == 1)
+    if not sync.any():
+        return None
+    src, dst_pt = g.src_pt[sync] // 2, g.dst_pt[sync]
+    dst = dst_pt // 2
+    is_dev = _np(events, "is_device").astype(bool)
+    step = _np(events, "step")
+    ts, dur = _np(events, "ts_us").astype(float), _np(events, "dur_us").astype(float)
+    end = ts + dur
+    t_ret = np.where(dst_pt % 2 == 1, end[dst], ts[dst])
+    # the synchronize is blocked on it: called before it ends, returns right after it
+    blocked = np.where(dst_pt % 2 == 1, ts[dst] < end[src], True)
+    work = ~np.isin(_np(events, "kind").astype(str), ["sync", "annotation", "instant"])
+    ok = (~is_dev[dst] & work[src] & (step[src] >= 0) & (step[dst] >= 0) & (t_ret >= end[src])
+          & (t_ret - end[src] <= RETURN_US) & blocked)
+    cands = np.flatnonzero(ok)
+    i = _middle(cands, ts[src])
+    if i is None:
+        return None
+    k, t_s = int(src[i]), float(t_ret[i])
+    rank = _np(events, "rank")
+    mine = rank == rank[k]
+    track = _np(events, "track").astype(str)
+    move = mine & (((track == track[k]) & (ts >= ts[k])) | (ts >= t_s))
+    # host ops and device sync markers (the device side of a synchronize) spanning the return
+    marker = is_dev & (_np(events, "kind").astype(str) == "sync")
+    grow = mine & (~is_dev | marker) & (ts < t_s) & (end >= t_s)
+    name = str(_np(events, "name")[k])
+    return _shifted(events, move, grow, d), Fault("kernel", int(rank[k]), int(step[dst[i]]),
+                                                   float(ts[k]), name)
 
 
 def kernel_candidates(events: pa.Table, g: Graph) -> np.ndarray:
