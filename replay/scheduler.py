@@ -17,6 +17,7 @@ For every point the scheduler records what bound it: the chain (track predecesso
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass
 
@@ -58,6 +59,19 @@ def chain_lags(g: Graph, dur: np.ndarray) -> np.ndarray:
     w[dev_pos & ~is_end] = g.ready_lag[ev[dev_pos & ~is_end]]
     w[g.track_ptr[:-1][g.track_ptr[:-1] < len(w)]] = 0.0
     return w
+
+
+def contention_lags(g: Graph, dur: np.ndarray) -> Graph:
+    """``g`` with each ``contention`` edge's lag less the share of its source's duration ``dur``
+    that the waiting kernel overlapped (`Graph.contention_tail`): it starts as the source's last
+    blocks drain, and a shorter source drains sooner."""
+    tail = g.contention_tail
+    if tail is None or not tail.any():
+        return g
+    m = g.etype == EDGE_CODE["contention"]
+    lag = g.lag.copy()
+    lag[m] -= tail[g.dst_pt[m] // 2] * dur[g.src_pt[m] // 2]
+    return dataclasses.replace(g, lag=lag)
 
 
 #: segments longer than this take one running-maximum call each, the rest are scanned together
@@ -375,6 +389,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     earlier schedule of ``g`` to replay, or to record into (`SchedulePlan`)."""
     npts = 2 * g.n
     order = g.order
+    g = contention_lags(g, dur)
     w = chain_lags(g, dur)
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
