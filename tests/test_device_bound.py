@@ -125,6 +125,7 @@ def test_real_busy_gpu_trace_gets_shorter_with_faster_devices() -> None:
     from analyzers.report.headline import verdict
     from analyzers.report.run_data import run_from_result
     from mtia_trace.ingest import load
+    from replay.hardware import model_for
 
     path = REAL / "hta/trace_diff/control/control.json.gz"
     if not path.exists():
@@ -139,3 +140,8 @@ def test_real_busy_gpu_trace_gets_shorter_with_faster_devices() -> None:
     v = verdict(run_from_result(base, name="control"))
     assert v.devices_busy is not None and v.devices_busy > 0.8
     assert v.label != "host-bound" and not v.hardware_neutral
+    # on the hardware that recorded it, replayed: the replay's own devices are busy more than
+    # half the step, so a host-majority critical path is not called host-bound either
+    on_a100 = replay_events(events, model_for("a100", mode="scaled", source="a100"), graph=g)
+    v = verdict(run_from_result(on_a100, name="control-a100"))
+    assert v.label != "host-bound" and "Host-bound" not in v.sentence()
