@@ -100,12 +100,14 @@ def test_kernel_waiting_for_another_streams_kernel_follows_it(tail: float) -> No
     b = names.index("kelementwise")
     assert float(base.events.column("start_us").to_numpy()[b]) == pytest.approx(
         float(t.column("ts_us").to_numpy()[b]))
+    # the critical path runs through A up to B's start: A's run after it is not counted twice
+    a = names.index("kgemm")
+    assert float(base.events.column("critical_us").to_numpy()[a]) == pytest.approx(1000.0 - tail)
     fast = replay_events(t, graph=g, whatifs=[FAST_DEVICE])
     # A 900 us shorter: B, the copy waiting for it and the host after the copy move with it
     # (before: B kept its ~1 ms ready lag as measured and the step stayed 1.000x)
     assert _steps(fast)[0] < 0.35 * _steps(base)[0]
     fb = float(fast.events.column("start_us").to_numpy()[b])
-    a = names.index("kgemm")
     fa_end = float(fast.events.column("end_us").to_numpy()[a])
     # B starts the same share of A's (now shorter) run before A's end
     assert fb == pytest.approx(fa_end - tail / 10.0, abs=1e-6)
