@@ -82,6 +82,7 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     if code != 0:
         return out | {"busy": "-", "queue max": "-", "x0.1 dev": f"error: {text[:60]}",
                       "verdict": "-", "verdict on spec": "-", "validate": "-", "strict": "-"}
+    run = Path(json.loads(text)["runs"][0]["path"])
     code, text = _cli("analyze", str(run), "device_time", "--format", "json")
     busy = "-"
     if code == 0:
@@ -97,7 +98,8 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     hw = ["--hw", spec] if spec else []
     out["verdict"] = _verdict(run)
     c1, t1 = _cli("replay", str(path), *hw, "-o", str(tmp / "a"), "--force", "--format", "json")
-    out["verdict on spec"] = _verdict(tmp / "a") if c1 == 0 and spec else "-"
+    out["verdict on spec"] = (_verdict(Path(json.loads(t1)["runs"][0]["path"]))
+                              if c1 == 0 and spec else "-")
     c2, t2 = _cli("replay", str(path), *hw, "-o", str(tmp / "b"), "--force", "--format", "json",
                   "--whatif", "track=dev:*:x0.1")
     if c1 == 0 and c2 == 0:

@@ -3,7 +3,9 @@ much each part did.
 
 1. *Match* events (`match_events`): collectives by identity (rank, process group, sequence
    number, name), whatever thread or stream ran them (a CPU backend's worker threads take
-   collectives in no fixed order); everything else per rank, step (by position: the k-th step of
+   collectives in no fixed order; where NEW issues other collectives, sequence numbers are
+   first aligned by where each is enqueued: `_align_seqs`); everything else per rank, step (by
+   position: the k-th step of
    BASE with the k-th of NEW) and track (host threads paired by the names they run, device
    streams by id), by name sequence: `difflib.SequenceMatcher` over name codes, so a few inserted
    or missing ops leave the rest matched. Identical sequences skip the matcher.
@@ -13,8 +15,10 @@ much each part did.
    part, own end − last rank's arrival, so the waiting comes out of BASE's graph), and the self
    time of ops and user annotations with children (the measured gaps inside them, waits
    excluded), and a CPU collective's dispatch and return latencies (the enqueue reaching the
-   backend's worker thread, the completion reaching the waiting thread). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data loading
-   outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
+   backend's worker thread, the completion reaching the waiting thread), and when each rank
+   began recording (its threads' first points and its stream-like tracks' earliest start:
+   `_starts_new`). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data
+   loading outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
    return latencies stay BASE's.
 3. *Attribute* (`diff_traces`): groups (by default the outermost user annotation an event is in,
    below ``ProfilerStep#``) get NEW's durations one after the other (sequential scheme: groups
@@ -120,6 +124,8 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
         track = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
         sides.append((rank, track, _step_ordinal(ev), c))
     kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
+    _align_seqs(kb, kn, _coll_signature(base, cb), _coll_signature(new, cn),
+                base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
     cmb, cmn = _join_keys(kb, kn)
     out_b: list[np.ndarray] = [cmb]
     out_n: list[np.ndarray] = [cmn]
@@ -177,6 +183,49 @@ def _coll_keys(ev: pa.Table, code: np.ndarray) -> np.ndarray:
     out[ids[o], :4] = ks
     out[ids[o], 4] = occ
     return out
+
+
+def _coll_signature(ev: pa.Table, code: np.ndarray) -> np.ndarray:
+    """Per event: its name code and its parent's (-1 none), as one int64: with the collective
+    keys, what a collective is where the program issues it (a bucket all-reduce in backward,
+    the loss all-reduce in its region)."""
+    parent = ev.column("parent_id").to_numpy().astype(np.int64)
+    pc_ = np.where(parent >= 0, code[np.maximum(parent, 0)], -1)
+    return code * (1 << 31) + (pc_ + 1)
+
+
+def _align_seqs(kb: np.ndarray, kn: np.ndarray, sb: np.ndarray, sn: np.ndarray,
+                tb: np.ndarray, tn: np.ndarray) -> None:
+    """In place: NEW's collective sequence numbers renumbered to BASE's where the two runs
+    issue different collectives (NEW's DDP has another bucket, so every later sequence number
+    shifts). Per rank and process group, where the runs' sequences of collectives (by sequence
+    number, the name of each one's first event) differ, each sequence number is signed by its
+    first event (the enqueue: `_coll_signature`), the signed sequences are matched by
+    `_match_seq`, and a NEW sequence number with no partner gets one BASE does not have."""
+    ib, inn = np.flatnonzero(kb[:, 0] >= 0), np.flatnonzero(kn[:, 0] >= 0)
+    if not len(ib) or not len(inn):
+        return
+
+    def seqs(k: np.ndarray, ids: np.ndarray, sig: np.ndarray, ts: np.ndarray, r: int, g: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m = ids[(k[ids, 0] == r) & (k[ids, 1] == g)]
+        m = m[np.lexsort((m, ts[m], k[m, 2]))]  # by sequence number, the first (enqueue) first
+        first = np.ones(len(m), dtype=bool)
+        first[1:] = k[m[1:], 2] != k[m[:-1], 2]
+        return k[m[first], 2], sig[m[first]], k[m[first], 3]
+
+    fresh = int(max(kb[:, 2].max(), kn[:, 2].max())) + 1
+    for r, g in {(int(a), int(b)) for a, b in kb[ib, :2].tolist()}:  # (rank, group): few
+        qb, gb_, nb_ = seqs(kb, ib, sb, tb, r, g)
+        qn, gn_, nn_ = seqs(kn, inn, sn, tn, r, g)
+        if np.array_equal(nb_, nn_) and np.array_equal(qb, qn):
+            continue  # the same collectives under the same numbers
+        ia, ja = _match_seq(gb_, gn_)
+        to = np.arange(fresh, fresh + len(qn), dtype=np.int64)
+        fresh += len(qn)
+        to[ja] = qb[ia]
+        sel = inn[(kn[inn, 0] == r) & (kn[inn, 1] == g)]
+        kn[sel, 2] = to[np.searchsorted(qn, kn[sel, 2])]
 
 
 def _join_keys(kb: np.ndarray, kn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -246,6 +295,9 @@ class Transplant:
     #: per BASE event: a ``ProfilerStep#`` (its gaps take NEW's only where NEW has the same
     #: gap; the rest of its self time, the loop's unmatched gaps, stays BASE's)
     loop: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    #: per BASE point: NEW's time of a host thread's first point (where recording of that
+    #: thread began, after the trace's start), nan where kept
+    base_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def cpu_transfers(p: Prepared) -> np.ndarray:
@@ -335,7 +387,48 @@ def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
     d_new[bi[cpu]] = pn.graph.ready_lag[ni[cpu]]
     return Transplant(cost_new=c_new, self_new=s_new, cost_base=cost_b, self_base=self_b,
                       ret_new=r_new, disp_new=d_new, gap_new=_gaps_new(pb, pn, m),
-                      loop=is_step)
+                      loop=is_step, base_new=_starts_new(pb, pn, m))
+
+
+def _starts_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
+    """Per BASE point: where NEW's partner of a host thread's first point lies after NEW's
+    start, where that partner is its thread's first point too; nan elsewhere. When each rank
+    began recording (the steps before the first recorded one, process start-up) is measured,
+    like a gap: NEW's offsets replace BASE's."""
+    gb, gn = pb.graph, pn.graph
+    out = np.full(2 * gb.n, np.nan)
+    if not len(m.base):
+        return out
+
+    def firsts(g: Graph) -> np.ndarray:
+        tp = g.track_ptr[:-1]
+        keep = (tp < g.track_ptr[1:]) & ~g.track_is_device
+        return g.order[tp[keep]]
+
+    fb, fn = firsts(gb), firsts(gn)
+    new_of = np.full(gb.n, -1, dtype=np.int64)
+    new_of[m.base] = m.new
+    fb = fb[(fb % 2 == 0) & (new_of[fb // 2] >= 0)]
+    partner = 2 * new_of[fb // 2]
+    ok = np.isin(partner, fn) & np.isfinite(gb.base[fb])
+    out[fb[ok]] = gn.base[partner[ok]]
+    # stream-like tracks (devices, worker threads) start no earlier than their rank's first
+    # event: NEW's rank start
+    rb = pb.events.column("rank").to_numpy().astype(np.int64)
+    rn = pn.events.column("rank").to_numpy().astype(np.int64)
+    t_b = pb.events.column("ts_us").to_numpy() - gb.t0
+    t_n = pn.events.column("ts_us").to_numpy() - gn.t0
+    nr = int(max(rb.max(initial=-1), rn.max(initial=-1))) + 1
+    s_b, s_n = np.full(nr, np.inf), np.full(nr, np.inf)
+    np.minimum.at(s_b, rb, t_b)
+    np.minimum.at(s_n, rn, t_n)
+    tp = gb.track_ptr[:-1]
+    keep = (tp < gb.track_ptr[1:]) & gb.track_is_device
+    fd = gb.order[tp[keep]]
+    r = rb[fd // 2]
+    at = np.isfinite(s_n[r]) & (gb.base[fd] == s_b[r])
+    out[fd[at]] = s_n[r[at]]
+    return out
 
 
 def _gaps_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
@@ -423,7 +516,12 @@ def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
         lag = lag.copy() if lag is g.lag else lag
         into = (g.etype == EDGE_CODE["launch"]) & np.isin(g.dst_pt, 2 * dm)
         lag[into] = ready_lag[g.dst_pt[into] // 2]
-    return dataclasses.replace(g, gap=gap, lag=lag, ready_lag=ready_lag), comps
+    base = g.base
+    if len(tp.base_new):
+        mine = np.isfinite(tp.base_new) & np.repeat(mask, 2)
+        if mine.any():
+            base = np.where(mine, tp.base_new, g.base)
+    return dataclasses.replace(g, gap=gap, lag=lag, ready_lag=ready_lag, base=base), comps
 
 
 # ---- groups and the diff -----------------------------------------------------------------------
@@ -631,6 +729,11 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     notes: dict[str, object] = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
              "transplanted_costs": int(np.isfinite(tp.cost_new).sum()),
              "transplanted_self_times": int(np.isfinite(tp.self_new).sum())}
+    # collectives only NEW issues (another DDP bucket): BASE's graph has no place for them
+    seq_n = new.column("coll_seq").fill_null(-1).to_numpy().astype(np.int64)
+    only_new = (seq_n >= 0) & ~np.isin(np.arange(new.num_rows), m.new)
+    if only_new.any():
+        notes["new_only_collective_events"] = int(only_new.sum())
     return DiffResult(
         base_step_us=float(base_meas.mean()) if len(base_meas) else 0.0,
         new_step_us=float(new_meas.mean()) if len(new_meas) else 0.0,

@@ -394,6 +394,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
     solver = _Solver(g, w, pos)
+    resource, capacity = _with_worker_pools(g, resource, capacity)
     if resource is not None and len(resource):
         # an event with children (a host collective op around the one that carries it, e.g.
         # nccl:all_to_all around record_param_comms) is timed by its children: holding a unit
@@ -426,6 +427,23 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
+
+
+def _with_worker_pools(g: Graph, resource: np.ndarray | None, capacity: np.ndarray | None
+                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The cost model's pools plus the graph's worker-thread pools (`Graph.pool`) for the
+    events the model gives none, numbered after the model's."""
+    if g.pool is None or g.pool_capacity is None or not (g.pool >= 0).any():
+        return resource, capacity
+    res = np.asarray(resource, dtype=np.int64) if resource is not None and len(resource) \
+        else np.full(g.n, -1, dtype=np.int64)
+    cap = np.asarray(capacity, dtype=np.int64) if capacity is not None \
+        else np.zeros(0, dtype=np.int64)
+    off = max(len(cap), int(res.max(initial=-1)) + 1)
+    cap = np.concatenate([cap, np.ones(off - len(cap), dtype=np.int64),
+                          np.asarray(g.pool_capacity, dtype=np.int64)])
+    res = np.where(res >= 0, res, np.where(g.pool >= 0, off + g.pool, -1))
+    return res, cap
 
 
 def _containers(g: Graph) -> np.ndarray:

@@ -82,7 +82,7 @@ from replay.graph.chains import (
     ready_lags,
     stream_chains,
 )
-from replay.graph.collectives import match_collectives
+from replay.graph.collectives import match_collectives, worker_pools
 from replay.graph.contention import contention_edges
 from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
@@ -146,6 +146,12 @@ class Graph:
     #   duration it started before that kernel's end (0 otherwise); the scheduler starts it that
     #   share of the source's costed duration early (`replay.graph.contention`)
     pinned_us: np.ndarray | None = None
+    pool: np.ndarray | None = None
+    #   per event: the pool of a CPU backend's worker threads its transfer holds a unit of while
+    #   it runs (-1 none; `replay.graph.collectives.worker_pools`); used where the cost model
+    #   gives the event no pool of its own
+    pool_capacity: np.ndarray | None = None
+    #   per pool: how many worker threads it has
     #   per point: how far its base was moved to its measured start (a stream's first event with
     #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
     #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
@@ -169,6 +175,10 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     q_src, q_dst, q_lag, wait_lag, n_q = queue_edges(ev, lc, st, sync_lag)
     coll, n_coll = match_collectives(ev)
     notes |= n_ds | n_hs | n_q | n_coll
+    names = (events.column("track").take(pa.array(ev.runs[:-1])).to_pylist() if ev.n else [])
+    pool, pool_cap, n_pool = worker_pools(ev, coll, names)
+    if len(pool_cap):
+        notes |= n_pool
     # events scheduled like stream work: device events and those on worker threads
     on_worker = coll.worker_tr[ev.tr_of] if ev.n else np.zeros(0, dtype=bool)
     streamlike = ev.is_dev | on_worker
@@ -185,7 +195,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     if len(c_dst):
         # the share of the kernel waited for that the waiting one overlapped (as measured)
         contention_tail[c_dst] = c_tail / np.maximum(ev.end[c_src] - ev.ts[c_src], 1e-9)
-    ch = point_chains(ev, tr_chain, chain_ids)
+    pooled = np.zeros(len(ev.runs) - 1, dtype=bool)
+    pooled[np.unique(ev.tr_of[pool >= 0])] = True
+    ch = point_chains(ev, tr_chain, chain_ids, pooled)
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
     # an op's own duration (below: unless a wait no thread explains); a passive leaf (an
@@ -208,7 +220,6 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         if n_cons:
             notes["collective_waits_at_consumers"] = n_cons
         unexplained_gap[wk[seen]] = False  # a collective wait's return latency
-    names = (events.column("track").take(pa.array(ev.runs[:-1])).to_pylist() if ev.n else [])
     tsrc, tk, tlag, tunx, (sf, sto), n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
                                                          ch.track_is_device, ch.gap, ch.tpos)
     notes |= n_thr
@@ -245,7 +256,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  gap=ch.gap, leaf_end=ch.leaf_end, base=base, src_pt=cross.src_pt,
                  dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
                  sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
-                 edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
+                 edges=edges_table(ev, cross, np.where(pool >= 0, -1, prev), ready_lag),
+                 notes=notes, pool=pool, pool_capacity=pool_cap,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
                  unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned,
                  thread_started=sto, contention_tail=contention_tail)
