@@ -147,3 +147,4 @@ def test_real_busy_gpu_trace_gets_shorter_with_faster_devices() -> None:
     on_a100 = replay_events(events, model_for("a100", mode="scaled", source="a100"), graph=g)
     v = verdict(run_from_result(on_a100, name="control-a100"))
     assert v.label != "host-bound" and "Host-bound" not in v.sentence()
+    assert "The trace measures devices busy 8" in v.sentence()

@@ -311,7 +311,7 @@ class Verdict:
                     "waiting on the devices in a way the dependency graph does not model (see "
                     "`mtia-trace validate --strict`), or host and devices are both near "
                     "saturation and each shortens the step only with the other (try "
-                    "`--whatif 'track=dev:*:x0.5'`), so it is not called host-bound.{seen}")
+                    f"`--whatif 'track=dev:*:x0.5'`), so it is not called host-bound.{seen}")
         if self.hardware_neutral:
             return (f"**Host-bound: the hardware does not change this step.** The critical path "
                     f"spends only {fmt.pct(self.critical['device'] + self.critical['communication'])}"
