@@ -148,3 +148,24 @@ def test_real_busy_gpu_trace_gets_shorter_with_faster_devices() -> None:
     v = verdict(run_from_result(on_a100, name="control-a100"))
     assert v.label != "host-bound" and "Host-bound" not in v.sentence()
     assert "The trace measures devices busy 8" in v.sentence()
+
+
+def test_scenarios_scheduled_together_shift_contention_like_each_alone() -> None:
+    # the causal profile schedules many duration scenarios in one pass: each column starts B
+    # the same share of A's duration early as a schedule of that column alone
+    import dataclasses
+
+    from replay.scheduler import SchedulePlan, schedule, schedule_many
+
+    t = kernel_behind_another_stream(20.0)
+    g = build_graph(t)
+    dur = t.column("dur_us").to_numpy().astype(float)
+    dev_ = t.column("is_device").to_numpy(zero_copy_only=False)
+    durs = np.stack([dur, np.where(dev_, dur * 0.1, dur), np.where(dev_, dur * 0.5, dur)], axis=1)
+    gaps = np.repeat(g.gap[:, None], 3, axis=1)
+    plan = SchedulePlan()
+    schedule(g, dur, plan=plan)
+    T = schedule_many(g, durs, gaps, plan=plan)
+    for j in range(3):
+        alone = schedule(dataclasses.replace(g), durs[:, j].copy())
+        np.testing.assert_array_equal(T[:, j], alone.T)
