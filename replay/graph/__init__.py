@@ -82,11 +82,12 @@ from replay.graph.chains import (
     ready_lags,
     stream_chains,
 )
-from replay.graph.collectives import match_collectives, worker_pools
+from replay.graph.collectives import Collectives, match_collectives, worker_pools
 from replay.graph.contention import contention_edges
 from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
 from replay.graph.sync import (
+    Launches,
     device_wait_edges,
     find_launches,
     host_sync_edges,
@@ -146,15 +147,19 @@ class Graph:
     #   duration it started before that kernel's end (0 otherwise); the scheduler starts it that
     #   share of the source's costed duration early (`replay.graph.contention`)
     pinned_us: np.ndarray | None = None
+    #   per point: how far its base was moved to its measured start (a stream's first event with
+    #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
+    #   to its rank's start, by a strict replay too, `replay.pipeline.modelled_lags`)
+    unlaunched: np.ndarray | None = None
+    #   per event: a stream-like event with no launching call (or enqueue) in the trace (launched
+    #   before the capture window, or a sampled trace): nothing models its ready lag, so a strict
+    #   replay keeps it as measured and counts it as unexplained (`replay.pipeline.modelled_lags`)
     pool: np.ndarray | None = None
     #   per event: the pool of a CPU backend's worker threads its transfer holds a unit of while
     #   it runs (-1 none; `replay.graph.collectives.worker_pools`); used where the cost model
     #   gives the event no pool of its own
     pool_capacity: np.ndarray | None = None
     #   per pool: how many worker threads it has
-    #   per point: how far its base was moved to its measured start (a stream's first event with
-    #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
-    #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
 
 
 def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
@@ -260,7 +265,16 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  notes=notes, pool=pool, pool_capacity=pool_cap,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
                  unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned,
-                 thread_started=sto, contention_tail=contention_tail)
+                 unlaunched=_unlaunched(ev, lc, coll, streamlike), thread_started=sto,
+                 contention_tail=contention_tail)
+
+
+def _unlaunched(ev: EventArrays, lc: Launches, coll: Collectives, streamlike: np.ndarray
+                ) -> np.ndarray:
+    """Per event: stream-like work no launch or enqueue in the trace starts (markers aside)."""
+    out = streamlike & ~lc.has_launch & ~ev.dev_marker
+    out[coll.enq_dst] = False
+    return out
 
 
 def _pin_inputless_starts(ev: EventArrays, ch: Chains, base: np.ndarray, cross: Edges

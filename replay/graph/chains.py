@@ -260,8 +260,10 @@ def edges_table(ev: EventArrays, cross: Edges, prev: np.ndarray, ready_lag: np.n
 
 def _outside_events(order: np.ndarray, track_ptr: np.ndarray, chain: np.ndarray,
                     passive: np.ndarray) -> np.ndarray:
-    """Per position of a host track holding work: the gap before it lies outside every
-    non-passive event of the track (no open event at that time)."""
+    """Per position of a host track: the gap before it lies outside every non-passive event of
+    the track (no open event at that time). On a track holding only annotations (a step marked
+    on a thread with no ops) every gap is: nothing on the track explains the time its marks
+    span."""
     L = len(order)
     out = np.zeros(L, dtype=bool)
     if not L:
@@ -273,6 +275,6 @@ def _outside_events(order: np.ndarray, track_ptr: np.ndarray, chain: np.ndarray,
     # every event's two points are on its track: open counts return to 0 at each track's end
     open_before = np.concatenate([[0], np.cumsum(delta)[:-1]])
     live = np.bincount(pos_tr, weights=work, minlength=ntr) > 0
-    out = (open_before == 0) & live[pos_tr] & ~chain[pos_tr]
+    out = ((open_before == 0) | ~live[pos_tr]) & ~chain[pos_tr]
     out[track_ptr[:-1][track_ptr[:-1] < L]] = False
     return out

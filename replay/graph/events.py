@@ -23,6 +23,10 @@ HOST_WAIT_MARKERS = ("Stream Sync", "Context Sync", "Event Sync")
 STREAM_WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 EVENT_RECORD_CALLS = ("cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord")
 
+#: Copy names (Kineto ``gpu_memcpy``) of copies the host does not wait for: from or to pinned
+#: memory, and device to device (CUDA runtime API, "API synchronization behavior").
+ASYNC_COPY = r"Pinned|DtoD|Device -> Device"
+
 #: Resolution of event times in the graph: Kineto writes microseconds with three decimals.
 NS_PER_US = 1000
 
@@ -121,6 +125,7 @@ class EventArrays:
     sync_named: np.ndarray     # host runtime/sync/other calls named like a synchronize call
     wait_call: np.ndarray      # host calls named in STREAM_WAIT_CALLS
     record_call: np.ndarray    # host calls named in EVENT_RECORD_CALLS
+    async_copy: np.ndarray     # copies named as asynchronous (ASYNC_COPY: pinned memory, DtoD)
     runs: np.ndarray           # start offset of each (rank, track) run, then n
     tr_of: np.ndarray          # per event: its track
     tr_dev: np.ndarray         # per track: a device track
@@ -161,10 +166,21 @@ def event_arrays(events: pa.Table) -> EventArrays:
                                                         (*schema.CONTROL_KINDS, "other"))),
         wait_call=~is_dev & _is_in(events, "name", STREAM_WAIT_CALLS),
         record_call=~is_dev & _is_in(events, "name", EVENT_RECORD_CALLS),
+        async_copy=is_dev & _matches(events, ASYNC_COPY),
         runs=runs,
         tr_of=np.repeat(np.arange(ntr), np.diff(runs)) if n else np.zeros(0, dtype=np.int64),
         tr_dev=is_dev[runs[:-1]] if ntr else np.zeros(0, dtype=bool),
     )
+
+
+def _matches(events: pa.Table, pattern: str) -> np.ndarray:
+    """Per event: its name matches the regular expression ``pattern``."""
+    if not events.num_rows:
+        return np.zeros(0, dtype=bool)
+    names = pc.dictionary_encode(events.column("name").combine_chunks())
+    hit = pc.match_substring_regex(names.dictionary, pattern).fill_null(False)
+    hit_v = np.append(hit.to_numpy(zero_copy_only=False).astype(bool), False)
+    return hit_v[names.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
 
 
 def _sync_named(events: pa.Table, among: np.ndarray) -> np.ndarray:
