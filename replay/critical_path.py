@@ -116,10 +116,11 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     if g.unexplained_gap is not None:
         gp = g.unexplained_gap & ~dev_pos  # gaps, and waits no dependency explains
         unx_w[gp] = s.w[gp]
-        # a thread started by another (`thread` edge into its first point): its start lag, the
-        # measured delay from the point that started it, is unexplained
-        first = g.track_ptr[:-1][g.track_ptr[:-1] < npos]
-        unx_w[first[gp[first]]] = np.inf
+    if g.thread_started is not None:
+        # a thread started (or restarted) by another (`thread` edge into its first point after
+        # idling): its start lag, the measured delay from the point that started it, is
+        # unexplained
+        unx_w[g.thread_started] = np.inf
     # a track's first point held at its measured time: when the path ends there, nothing in
     # the trace explains why the track started that long after the window began
     pinned = np.zeros(npos, dtype=bool)
@@ -153,14 +154,14 @@ def _edge_category(bound: int, on_device: bool) -> int:
     device-side wait's lag idle."""
     if bound == EDGE_CODE["launch"]:
         return CAT["host"]
-    if bound == EDGE_CODE["sync"]:
+    if bound in (EDGE_CODE["sync"], EDGE_CODE["contention"]):
         return CAT["idle"] if on_device else CAT["host"]
     if bound in (EDGE_CODE["queue"], EDGE_CODE["thread"]):
         return CAT["host"]  # the call's return after the op it waited on
     return CAT["idle"]
 
 
-_LAGGED_EDGES = (EDGE_CODE["launch"], EDGE_CODE["sync"])
+_LAGGED_EDGES = (EDGE_CODE["launch"], EDGE_CODE["sync"], EDGE_CODE["contention"])
 
 
 @dataclass
@@ -255,6 +256,14 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             if pt.pinned[k]:  # a track's first point kept where it was measured
                 unx += t - ws
             break
+        if ob == EDGE_CODE["contention"] and T[src] > t:
+            # a kernel that started while the one it waited for drained (``contention``): the
+            # path goes on through that kernel's run, less the part after this start
+            over = T[src] - t
+            parts[pt.act] -= pt.frac[:, src // 2] * over
+            pieces.append((int(s.pos[src]), -over))
+            p = src
+            continue
         lo = max(T[src], ws)
         parts[_edge_category(ob, bool(pt.dev_pos[k]))] += t - lo
         if pt.dev_pos[k] and p % 2 == 0 and ob in _LAGGED_EDGES:  # a device start's lag

@@ -91,7 +91,8 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     lagged |= via
     lag_ev = np.where(lagged, lag_ev, 0.0)
     into = (g.dst_pt % 2 == 0) & lagged[g.dst_pt // 2] & (
-        (g.etype == EDGE_CODE["launch"]) | (g.etype == EDGE_CODE["sync"]))
+        (g.etype == EDGE_CODE["launch"]) | (g.etype == EDGE_CODE["sync"])
+        | (g.etype == EDGE_CODE["contention"]))
     lag = g.lag.copy()
     lag[into] = lag_ev[g.dst_pt[into] // 2]
     notes = {"launch_latency": {"source_us": source_us, "target_us": target_us,

@@ -279,6 +279,10 @@ def host_bound(a: Attribution) -> bool:
 #: measured hardware, whatever the critical path says.
 BUSY_DEVICE_SHARE = 0.5
 COMM_COMPONENTS = ("collective", "peer_wait", "queue", "retry")
+#: Measured devices busy more than this share of the step: a device-bound run, not called
+#: host-bound on a target whose replayed devices stay busy more than `BUSY_DEVICE_SHARE` of its
+#: step either (assumed).
+DEVICE_BOUND_BUSY = 0.8
 
 
 @dataclass(frozen=True)
@@ -287,10 +291,14 @@ class Verdict:
     measures before it is printed.
 
     ``label``: ``host-bound``, ``device-bound`` or ``communication-bound`` (the largest of the
-    critical path's host, device-work and communication time), or ``unsettled`` when an
-    as-measured replay's critical path says host-bound while the trace measures devices busy
-    more than `BUSY_DEVICE_SHARE` of the step or a launch queue full: the replay then misses a
-    wait on the device, and no verdict is printed as settled. ``hardware_neutral``: the step is
+    critical path's host, device-work and communication time), or ``unsettled`` when the
+    critical path says host-bound while the trace measures devices busy more than
+    `BUSY_DEVICE_SHARE` of the step or a launch queue full, and the replay is as measured, or
+    on a target the measured devices were busy more than `DEVICE_BOUND_BUSY` and the replay's
+    own devices stay busy more than `BUSY_DEVICE_SHARE` of the replayed step: the replay then
+    misses a wait on the device, or host and devices are both near saturation, and no verdict
+    is printed as settled (a target whose devices the replay leaves mostly idle may be
+    host-bound: that is said, with what the measured run shows). ``hardware_neutral``: the step is
     host-bound with the critical path under `HOST_BOUND_DEVICE_SHARE` in device work and nothing
     measured contradicts it, the only case where the report says the hardware does not change
     the step."""
@@ -319,9 +327,11 @@ class Verdict:
         seen = f" The trace measures {', '.join(measured)}." if measured else ""
         if self.label == "unsettled":
             return (f"**Verdict unsettled.** The replay's critical path is mostly host time "
-                    f"({crit}), but {' and '.join(self.conflicts)}: the host time is likely "
+                    f"({crit}), but {' and '.join(self.conflicts)}: either the host time is "
                     "waiting on the devices in a way the dependency graph does not model (see "
-                    f"`mtia-trace validate --strict`), so it is not called host-bound.{seen}")
+                    "`mtia-trace validate --strict`), or host and devices are both near "
+                    "saturation and each shortens the step only with the other (try "
+                    f"`--whatif 'track=dev:*:x0.5'`), so it is not called host-bound.{seen}")
         if self.hardware_neutral:
             return (f"**Host-bound: the hardware does not change this step.** The critical path "
                     f"spends only {fmt.pct(self.critical['device'] + self.critical['communication'])}"
@@ -334,9 +344,10 @@ class Verdict:
         return text + seen
 
 
-def _measured_busy(run: RunData) -> float | None:
+def _measured_busy(run: RunData, replayed: bool = False) -> float | None:
     """Share of the measured step wall time (per rank and step, from the first to the last
-    measured event of the step) in which any device work ran; None without device work."""
+    measured event of the step) in which any device work ran; None without device work.
+    ``replayed``: the same share in the replayed schedule."""
     ev = run.events
     if ev.num_rows == 0:
         return None
@@ -345,8 +356,14 @@ def _measured_busy(run: RunData) -> float | None:
     if not dev.any():
         return None
     rank, step = _np(ev, "rank"), _np(ev, "step")
-    ts = _np(ev, "ts_us").astype(float)
-    end = ts + np.nan_to_num(_np(ev, "dur_us").astype(float))
+    if replayed:
+        if "start_us" not in ev.column_names:
+            return None
+        ts = _np(ev, "start_us").astype(float)
+        end = _np(ev, "end_us").astype(float)
+    else:
+        ts = _np(ev, "ts_us").astype(float)
+        end = ts + np.nan_to_num(_np(ev, "dur_us").astype(float))
     busy = window = 0.0
     for r in np.unique(rank):  # ranks: few
         mine = rank == r
@@ -392,7 +409,12 @@ def verdict(run: RunData, a: Attribution | None = None) -> Verdict:
     as_measured = run.meta.hardware == AS_MEASURED
     if label != "host-bound":
         conflicts = []
-    elif conflicts and as_measured:
+    elif conflicts and (as_measured or (
+            busy is not None and busy > DEVICE_BOUND_BUSY
+            and (_measured_busy(run, replayed=True) or 0.0) > BUSY_DEVICE_SHARE)):
+        # as measured; or a device-bound measured run on a target whose replayed devices are
+        # still busy more than half the step: host and devices both near saturation, or a
+        # wait on the devices the graph misses
         label = "unsettled"
     neutral = (label == "host-bound" and not conflicts and a.step_us > 0
                and device_share(a) < HOST_BOUND_DEVICE_SHARE)

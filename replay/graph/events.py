@@ -118,6 +118,7 @@ class EventArrays:
     is_sync_kind: np.ndarray
     is_memcpy: np.ndarray
     is_comm: np.ndarray
+    is_kernel: np.ndarray      # device work that takes compute units (compute kinds, "other")
     passive: np.ndarray        # annotations and instants: they mark time, they are not work
     dev_marker: np.ndarray     # device-side annotations (gpu_user_annotation): not stream work
     host_marker: np.ndarray    # device-side markers of a host wait (HOST_WAIT_MARKERS)
@@ -156,6 +157,7 @@ def event_arrays(events: pa.Table) -> EventArrays:
         is_sync_kind=_is_in(events, "kind", ["sync"]),
         is_memcpy=_is_in(events, "kind", ["memcpy"]),
         is_comm=_is_in(events, "kind", schema.COMM_KINDS),
+        is_kernel=is_dev & _is_in(events, "kind", (*schema.COMPUTE_KINDS, "other")),
         passive=passive,
         dev_marker=is_dev & passive,
         host_marker=_is_in(events, "name", HOST_WAIT_MARKERS),
