@@ -280,8 +280,7 @@ def host_bound(a: Attribution) -> bool:
 BUSY_DEVICE_SHARE = 0.5
 COMM_COMPONENTS = ("collective", "peer_wait", "queue", "retry")
 #: Measured devices busy more than this share of the step: a device-bound run, not called
-#: host-bound on a target whose replayed devices stay busy more than `BUSY_DEVICE_SHARE` of its
-#: step either (assumed).
+#: host-bound on any target either (assumed).
 DEVICE_BOUND_BUSY = 0.8
 
 
@@ -294,11 +293,10 @@ class Verdict:
     critical path's host, device-work and communication time), or ``unsettled`` when the
     critical path says host-bound while the trace measures devices busy more than
     `BUSY_DEVICE_SHARE` of the step or a launch queue full, and the replay is as measured, or
-    on a target the measured devices were busy more than `DEVICE_BOUND_BUSY` and the replay's
-    own devices stay busy more than `BUSY_DEVICE_SHARE` of the replayed step: the replay then
+    on a target the measured devices were busy more than `DEVICE_BOUND_BUSY`: the replay then
     misses a wait on the device, or host and devices are both near saturation, and no verdict
-    is printed as settled (a target whose devices the replay leaves mostly idle may be
-    host-bound: that is said, with what the measured run shows). ``hardware_neutral``: the step is
+    is printed as settled (a target replay of a run measured busy between `BUSY_DEVICE_SHARE`
+    and `DEVICE_BOUND_BUSY` may be host-bound: that is said, with what the measured run shows). ``hardware_neutral``: the step is
     host-bound with the critical path under `HOST_BOUND_DEVICE_SHARE` in device work and nothing
     measured contradicts it, the only case where the report says the hardware does not change
     the step."""
@@ -344,10 +342,9 @@ class Verdict:
         return text + seen
 
 
-def _measured_busy(run: RunData, replayed: bool = False) -> float | None:
+def _measured_busy(run: RunData) -> float | None:
     """Share of the measured step wall time (per rank and step, from the first to the last
-    measured event of the step) in which any device work ran; None without device work.
-    ``replayed``: the same share in the replayed schedule."""
+    measured event of the step) in which any device work ran; None without device work."""
     ev = run.events
     if ev.num_rows == 0:
         return None
@@ -356,14 +353,8 @@ def _measured_busy(run: RunData, replayed: bool = False) -> float | None:
     if not dev.any():
         return None
     rank, step = _np(ev, "rank"), _np(ev, "step")
-    if replayed:
-        if "start_us" not in ev.column_names:
-            return None
-        ts = _np(ev, "start_us").astype(float)
-        end = _np(ev, "end_us").astype(float)
-    else:
-        ts = _np(ev, "ts_us").astype(float)
-        end = ts + np.nan_to_num(_np(ev, "dur_us").astype(float))
+    ts = _np(ev, "ts_us").astype(float)
+    end = ts + np.nan_to_num(_np(ev, "dur_us").astype(float))
     busy = window = 0.0
     for r in np.unique(rank):  # ranks: few
         mine = rank == r
@@ -409,12 +400,9 @@ def verdict(run: RunData, a: Attribution | None = None) -> Verdict:
     as_measured = run.meta.hardware == AS_MEASURED
     if label != "host-bound":
         conflicts = []
-    elif conflicts and (as_measured or (
-            busy is not None and busy > DEVICE_BOUND_BUSY
-            and (_measured_busy(run, replayed=True) or 0.0) > BUSY_DEVICE_SHARE)):
-        # as measured; or a device-bound measured run on a target whose replayed devices are
-        # still busy more than half the step: host and devices both near saturation, or a
-        # wait on the devices the graph misses
+    elif conflicts and (as_measured or (busy is not None and busy > DEVICE_BOUND_BUSY)):
+        # as measured; or a device-bound measured run on any target: its host time may be a
+        # wait on the devices the graph misses, so it is not called host-bound
         label = "unsettled"
     neutral = (label == "host-bound" and not conflicts and a.step_us > 0
                and device_share(a) < HOST_BOUND_DEVICE_SHARE)
