@@ -11,6 +11,7 @@ import pytest
 
 from replay.graph import build_graph
 from replay.run import replay_events
+from replay.validation import validate_events
 from replay.whatif import parse_whatif
 from tests.conftest import REAL, requires_real
 from tests.replay_tables import dev, host, table
@@ -31,11 +32,12 @@ def _engine_ops(t0: float, t1: float, step: int) -> list[dict[str, object]]:
     return rows
 
 
-def two_backward_steps() -> object:
+def two_backward_steps(kernel_lag: float = 10.0) -> object:
     """Main thread (tid 0) and the autograd engine thread (tid 2), two steps. Step 1: forward,
     ``## backward ##`` (the engine runs 110-1090), optimizer. Step 2: the forward launches a
-    1000 us kernel and synchronizes on it, then ``## backward ##`` (the engine runs 2340-3320,
-    idle since 1090), optimizer."""
+    kernel that starts ``kernel_lag`` us after its launch call ends and ends at 2320, and
+    synchronizes on it, then ``## backward ##`` (the engine runs 2340-3320, idle since 1090),
+    optimizer."""
     rows = [host(0, 0, 1300, name="ProfilerStep#1", kind="annotation", step=1, tid=0),
             host(0, 0, 100, name="forward", depth=1, step=1, tid=0),
             host(0, 100, 1000, name="## backward ##", kind="annotation", depth=1, step=1, tid=0),
@@ -45,7 +47,7 @@ def two_backward_steps() -> object:
                  correlation=5),
             host(0, 1310, 1015, name="cudaDeviceSynchronize", kind="runtime", depth=1, step=2,
                  tid=0),
-            dev(0, 1320, 1000, step=2, correlation=5),
+            dev(0, 1310 + kernel_lag, 1010 - kernel_lag, step=2, correlation=5),
             host(0, 2330, 1000, name="## backward ##", kind="annotation", depth=1, step=2,
                  tid=0),
             host(0, 3330, 150, name="optimizer", depth=1, step=2, tid=0)]
@@ -65,6 +67,21 @@ def test_engine_thread_restarts_when_the_main_thread_reaches_backward() -> None:
     assert _steps(fast)[1] == pytest.approx(2300.0 - 900.0, abs=1.0)
     # the engine's delay after the main thread reached backward is a measured lag, unexplained
     assert float(base.steps.column("unexplained_us").to_numpy()[1]) >= 10.0
+
+
+def test_strict_drops_a_device_lag_the_engine_threads_idle_gap_spans() -> None:
+    """The kernel step 2 synchronizes on starts 510 us after its launch call starts, its only
+    input. The strict replay re-times that lag (no launch latency given: none): the sync returns,
+    ``backward`` starts and the engine thread follows it that much earlier, so step 2 is 510 us
+    shorter. The engine's
+    measured idle gap (1090-2340) spans the lag; kept, it would hold the step at its measured
+    length and hide what strict removed."""
+    t = two_backward_steps(kernel_lag=500.0)
+    v = validate_events(t)
+    err = v.steps.column("strict_error").to_numpy()
+    assert err[0] == pytest.approx(0.0, abs=1e-9)
+    assert err[1] == pytest.approx(-510.0 / 2300.0, abs=2.0 / 2300.0)
+    assert v.steps.column("error").to_numpy().tolist() == [0.0, 0.0]  # as measured: exact
 
 
 def kernel_behind_another_stream(tail: float = 20.0) -> object:
