@@ -100,3 +100,48 @@ def test_a_plain_trace_has_no_oddity(tmp_path: Path, capsys: pytest.CaptureFixtu
     path.write_text(json.dumps(trace_doc(steps=3)))
     code, out = _inspect(path, capsys)
     assert code == 0 and isinstance(out, dict) and out["warnings"] == []
+
+
+def test_checks_across_ranks_on_shards_equal_those_of_one_load(tmp_path: Path) -> None:
+    # a distributed ingest reads the ranks in parts: the checks across ranks run on every
+    # part's facts together and give what one load of all ranks gives, for a consistent trace,
+    # an edited one and a 2-of-4-ranks part (which alone would say "world_size is 4 but 2")
+    from mtia_trace.ingest import cross_rank_warnings, load
+
+    docs = synth_docs(tmp_path, ranks=4, steps=2)
+    for kind in ("none", "size_x1000", "seq_off_by_one", "step_fewer", "rank_99"):
+        trace = write_docs(docs if kind == "none" else docs | {2: edit(docs, kind, rank=2)},
+                           tmp_path / kind)
+        whole = load(trace)
+        files = sorted(trace.iterdir())
+        for parts in ([files[:2], files[2:]], [[f] for f in files]):
+            loaded = [load(p, cross_rank=False) for p in parts]
+            got = [w for t in loaded for w in t.warnings] + \
+                cross_rank_warnings([t.cross for t in loaded])  # type: ignore[misc]
+            assert sorted(got) == sorted(whole.warnings), (kind, len(parts))
+        if kind != "none":
+            assert any(NEEDLES[kind] in w for w in whole.warnings), kind
+
+
+def test_distributed_replay_writes_the_warnings_across_ranks(tmp_path: Path) -> None:
+    # one rank per shard: no shard sees another rank, yet run.json carries the warnings
+    # across ranks a single-process replay writes
+    distributed = pytest.importorskip("distributed")
+    from mtia_trace.replay_job import ReplayOptions, cost_model
+    from replay.distributed import driver
+
+    docs = synth_docs(tmp_path, ranks=4, steps=1)
+    trace = write_docs(docs | {2: edit(docs, "size_x1000", rank=2)}, tmp_path / "t")
+    one = tmp_path / "one"
+    assert main(["replay", str(trace), "--hw", "mtia300", "-o", str(one), "-q"]) == 0
+    local = json.loads((one / "run.json").read_text())["warnings"]
+    assert any(NEEDLES["size_x1000"] in w for w in local), local
+    model, spec, _ = cost_model("mtia300", ReplayOptions(hws=["mtia300"]))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        _, meta = driver.replay_distributed(trace, model, tmp_path / "two", {"hardware": "mtia300"},
+                                            client=client, shards=4)
+    written = json.loads((tmp_path / "two" / "run.json").read_text())["warnings"]
+    assert written == meta["warnings"]
+    assert sorted(written) == sorted(local), (written, local)

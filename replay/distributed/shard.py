@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from mtia_trace import schema
-from mtia_trace.ingest import file_facts, load
+from mtia_trace.ingest import consistency, file_facts, load
 from mtia_trace.storage import partition_path, write_partition
 from replay import pipeline
 from replay.graph import Graph, build_graph
@@ -44,11 +44,12 @@ class Ingested:
     t0: float                 # earliest ts (inf when empty)
     members: pd.DataFrame     # MEMBER_COLS: chosen collective instances of the shard's ranks
     devices: list[str]
+    cross: consistency.Facts  # what the checks across ranks need (run on every shard's)
 
 
 def ingest(paths: list[str]) -> Ingested:
     """Read the shard's trace files and find its collective instances."""
-    tr = load([Path(p) for p in paths])
+    tr = load([Path(p) for p in paths], cross_rank=False)  # across shards: by the driver
     ev = tr.events
     rank = ev.column("rank").to_numpy()
     ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
@@ -58,7 +59,8 @@ def ingest(paths: list[str]) -> Ingested:
                     ranks=ranks.tolist(), rows=dict(zip(ranks.tolist(), counts.tolist())),
                     start=dict(zip(ranks.tolist(), first.tolist())),
                     t0=float(ev.column("ts_us").to_numpy().min()) if ev.num_rows else np.inf,
-                    members=_members(ev), devices=devices)
+                    members=_members(ev), devices=devices,
+                    cross=tr.cross)  # type: ignore[arg-type]
 
 
 def facts(ing: Ingested) -> dict:
