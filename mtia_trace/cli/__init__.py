@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     Usage errors are reported by typer (exit 2); `MtiaTraceError`s here, as one line; Ctrl-C
     (typer turns it into exit 130) as one line too.
     """
+    _reserve_stack()
     saved = sys.stdout, sys.stderr
     for name in ("stdout", "stderr"):  # no name from a trace reaches a terminal raw
         stream = getattr(sys, name)
@@ -200,6 +201,42 @@ def main(argv: list[str] | None = None) -> int:
         return _run(argv)
     finally:
         sys.stdout, sys.stderr = saved
+
+
+#: Bytes passed on the stack to grow it up front under an address-space limit (the stack grows
+#: by one to two times this; at most a quarter of the stack limit is passed).
+STACK_RESERVE = 2 * 2**20
+_stack_reserved = False
+
+
+def _reserve_stack() -> None:
+    """Under an address-space limit (``ulimit -v``, RLIMIT_AS), grow the main thread's stack
+    now. The stack grows on demand and each growth counts against that limit: once the heap has
+    taken the rest, a native call that goes deeper than the stack has been so far (a sort, a
+    decoder's recursion) is killed by SIGSEGV instead of raising MemoryError. Passing a struct
+    by value through ctypes places it on the stack (about twice: the call and the callback's
+    copy), which the kernel keeps mapped: tens of milliseconds, once per process, only under a
+    limit."""
+    global _stack_reserved
+    if _stack_reserved or not sys.platform.startswith("linux"):
+        return
+    _stack_reserved = True
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    size = STACK_RESERVE if stack == resource.RLIM_INFINITY else min(STACK_RESERVE, stack // 4)
+    import ctypes
+
+    class _Block(ctypes.Structure):
+        _fields_ = [("b", ctypes.c_char * size)]
+
+    try:
+        ctypes.CFUNCTYPE(None, _Block)(lambda _b: None)(_Block())
+    except MemoryError:  # the limit is already reached: the command's own error says so
+        pass
 
 
 def _run(argv: list[str] | None) -> int:
