@@ -145,3 +145,27 @@ def test_distributed_replay_writes_the_warnings_across_ranks(tmp_path: Path) -> 
     written = json.loads((tmp_path / "two" / "run.json").read_text())["warnings"]
     assert written == meta["warnings"]
     assert sorted(written) == sorted(local), (written, local)
+
+
+def test_peer_check_is_worked_per_group_not_per_collective(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # 400 all-reduces on 2 ranks of one group: what a collective must find is worked out once
+    # for the group (it was once per collective, a pandas lookup each: 20,000 took seconds)
+    from mtia_trace.ingest import consistency, load
+
+    for r in (0, 1):
+        ev = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+               "ts": 1000.0 + 10 * i, "dur": 5.0,
+               "args": {"Seq": i, "Collective name": "allreduce", "In msg nelems": 1024,
+                        "Out msg nelems": 1024, "dtype": "Float", "Group size": 2,
+                        "Process Group Name": "0"}} for i in range(400 - r)]
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(
+            {"traceEvents": ev, "distributedInfo": {"rank": r, "world_size": 2}}))
+    calls = []
+    orig = consistency._expected
+    monkeypatch.setattr(consistency, "_expected", lambda *a: calls.append(a) or orig(*a))
+    warned = [w for w in load(tmp_path).warnings if "did not find all their peers" in w]
+    assert len(calls) == 1, len(calls)
+    # the one collective rank 1 lacks is still found and named
+    assert warned and warned[0].startswith("1 of 400 collectives") and "seq 399" in warned[0], \
+        warned
