@@ -125,26 +125,38 @@ def test_checks_across_ranks_on_shards_equal_those_of_one_load(tmp_path: Path) -
 
 def test_distributed_replay_writes_the_warnings_across_ranks(tmp_path: Path) -> None:
     # one rank per shard: no shard sees another rank, yet run.json carries the warnings
-    # across ranks a single-process replay writes
+    # across ranks a single-process replay writes, and swapped sequence numbers are refused
+    # with the single-process replay's words (a shard saw only its own ranks' order)
     distributed = pytest.importorskip("distributed")
-    from mtia_trace.replay_job import ReplayOptions, cost_model
+    from mtia_trace.errors import TraceFormatError
+    from mtia_trace.replay_job import ReplayOptions, cost_model, replay_trace
     from replay.distributed import driver
 
     docs = synth_docs(tmp_path, ranks=4, steps=1)
     trace = write_docs(docs | {2: edit(docs, "size_x1000", rank=2)}, tmp_path / "t")
+    swapped = write_docs(docs | {2: edit(docs, "swapped_seq", rank=2)}, tmp_path / "sw")
     one = tmp_path / "one"
     assert main(["replay", str(trace), "--hw", "mtia300", "-o", str(one), "-q"]) == 0
     local = json.loads((one / "run.json").read_text())["warnings"]
     assert any(NEEDLES["size_x1000"] in w for w in local), local
-    model, spec, _ = cost_model("mtia300", ReplayOptions(hws=["mtia300"]))
+    opts = ReplayOptions(hws=["mtia300"])
+    with pytest.raises(TraceFormatError) as alone:
+        replay_trace(swapped, {"mtia300": tmp_path / "sw1"}, opts)
+    model, spec, _ = cost_model("mtia300", opts)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         _, meta = driver.replay_distributed(trace, model, tmp_path / "two", {"hardware": "mtia300"},
                                             client=client, shards=4)
+        with pytest.raises(TraceFormatError) as shards:
+            driver.replay_distributed(swapped, model, tmp_path / "sw2", {}, client=client,
+                                      shards=2)
     written = json.loads((tmp_path / "two" / "run.json").read_text())["warnings"]
     assert written == meta["warnings"]
     assert sorted(written) == sorted(local), (written, local)
+    assert str(shards.value) == str(alone.value)
+    assert "rank 2 runs" in str(shards.value)
+    assert not (tmp_path / "sw2").exists()
 
 
 def test_peer_check_is_worked_per_group_not_per_collective(tmp_path: Path,

@@ -243,22 +243,35 @@ def _collectives(f: Facts, ranks: list[int]) -> list[str]:
 
 
 def _order(inst: pd.DataFrame, multi: pd.DataFrame) -> list[str]:
+    said = _cycle(inst, multi)
+    return [] if said is None else [f"{said}; a replay of this trace is refused"]
+
+
+def cycle(f: Facts) -> str | None:
+    """The words naming collectives that wait on each other across ranks (the refusal of
+    `replay.graph.collectives`, from the facts alone), or None."""
+    if not len(f.per):
+        return None
+    n = f.per.groupby(["pg", "coll_seq"], sort=True)["rank"].transform("size")
+    return _cycle(f.inst, f.per[n > 1])
+
+
+def _cycle(inst: pd.DataFrame, multi: pd.DataFrame) -> str | None:
     """The cycle check on each collective's instance per rank the replay would match (device
     ones first, then the earliest), among the collectives found on several ranks."""
     keep = inst.merge(multi[["pg", "coll_seq"]].drop_duplicates(), on=["pg", "coll_seq"])
     keep = keep.sort_values(["pg", "coll_seq", "rank"])
     if not len(keep):
-        return []
+        return None
     keep = keep.assign(track=pd.factorize(keep["track"])[0])
     gid = keep.groupby(["pg", "coll_seq"], sort=False).ngroup().to_numpy()
     found = order_cycle(keep["rank"].to_numpy(), keep["track"].to_numpy(),
                         keep["ts"].to_numpy(), gid)
     if found is None:
-        return []
+        return None
     first = keep.assign(gid=gid).drop_duplicates("gid").set_index("gid")
-    return [cycle_message(found, lambda k: f"seq {first.loc[k, 'coll_seq']} of process group "
-                                           f"{first.loc[k, 'pg']!r}")
-            + "; a replay of this trace is refused"]
+    return cycle_message(found, lambda k: f"seq {first.loc[k, 'coll_seq']} of process group "
+                                          f"{first.loc[k, 'pg']!r}")
 
 
 def order_cycle(rank: np.ndarray, track: np.ndarray, ts: np.ndarray, gid: np.ndarray
