@@ -51,3 +51,31 @@ def test_without_the_command_the_same_work_is_killed() -> None:
     # the mechanism the CLI guards against, shown without it: SIGSEGV, no MemoryError
     r = _child("none")
     assert r.returncode == -11, (r.returncode, r.stderr[-500:])
+
+
+#: A child that leaves the CLI ``sys.argv[1]`` MB of address space beyond what it has mapped,
+#: then inspects the bundled CPU trace (DuckDB, Arrow's compute, pandas load after the limit).
+TIGHT = textwrap.dedent("""
+    import resource, sys
+    from mtia_trace.cli import main
+    with open("/proc/self/status") as fh:
+        mapped = next(int(x.split()[1]) * 1024 for x in fh if x.startswith("VmSize:"))
+    room = mapped + int(float(sys.argv[1]) * 2**20)
+    resource.setrlimit(resource.RLIMIT_AS, (room, room))
+    sys.exit(main(["inspect", sys.argv[2]]))
+""")
+
+
+@pytest.mark.parametrize("room_mb", [0, 6, 17, 64])
+def test_no_room_left_is_one_line(room_mb: int) -> None:
+    # too little room to grow the stack, a library that no longer maps ("failed to map segment
+    # from shared object": DuckDB's, pydantic's, a traceback before) or an import's directory
+    # scan failing with ENOMEM, whichever comes first at each margin: the one out-of-memory line
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parent.parent / "sample_traces" / "torch_cpu_dlrm"
+    r = subprocess.run([sys.executable, "-c", TIGHT, str(room_mb), str(trace)],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2, (r.returncode, r.stderr[-600:])
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("mtia-trace: error: out of memory"), \
+        r.stderr[-600:]
