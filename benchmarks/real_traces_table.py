@@ -80,6 +80,7 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     if code != 0:
         return out | {"busy": "-", "queue max": "-", "x0.1 dev": f"error: {text[:60]}",
                       "validate": "-", "strict": "-"}
+    run = Path(json.loads(text)["runs"][0]["path"])
     code, text = _cli("analyze", str(run), "device_time", "--format", "json")
     busy = "-"
     if code == 0:

@@ -220,6 +220,7 @@ def claimed(dest: Path) -> Iterator[None]:
     refused at once, not after its own full replay; a claim whose process is gone (this host)
     or older than a day is taken over."""
     claim = dest.with_name(f".{dest.name}.claim")
+    made = [d for d in (dest.parent, *dest.parent.parents) if not os.path.lexists(d)]
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -252,6 +253,12 @@ def claimed(dest: Path) -> Iterator[None]:
                 claim.unlink()
         except OSError:
             pass
+        if not os.path.lexists(dest):  # nothing written: leave no folder this claim made
+            for d in made:
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
 
 
 def _claim_holder(claim: Path) -> str | None:

@@ -73,11 +73,10 @@ def split_hw(values: list[str] | None) -> list[str]:
 
 
 def destinations(trace: Path, hws: list[str], out: Path | None) -> dict[str, Path]:
-    """Run directory per target: ``-o/--output`` itself for one target, ``<out>/<stem>-<hw>`` for several."""
+    """Run directory per target: ``<out>/<stem>-<hw>``, whatever the number of targets
+    (``out``: ``-o/--output``, default ``runs``)."""
     stem = trace_stem(trace)
     label = {hw: Path(hw).stem if hw.endswith(".toml") else hw for hw in hws}
-    if len(hws) == 1 and out is not None:
-        return {hws[0]: out}
     parent = out if out is not None else Path("runs")
     return {hw: parent / f"{stem}-{label[hw]}" for hw in hws}
 

@@ -184,7 +184,16 @@ def _swap_into_place(tmp: Path, dest: Path) -> None:
 def check_destination(dest: Path, force: bool) -> None:
     """Refuse a run destination that may not be written: an existing run without ``force``,
     anything but a run or an empty folder, a folder inside another run, an uncreatable path."""
-    run = enclosing_run(Path(os.path.abspath(dest)).parent)
+    folder = Path(os.path.abspath(dest)).parent
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(f"{dest.parent}: exists and is not a folder (it is "
+                         f"{_what_is_there(folder) or 'not a directory'}); -o/--output names the "
+                         "folder runs are written in, choose another")
+    run = enclosing_run(folder)
+    if run == folder:
+        raise UsageError(f"{dest.parent}: is a run directory; -o/--output names the folder that "
+                         f"holds runs (this one would go to {dest}), pass {dest.parent.parent} "
+                         "or another folder")
     if run is not None:
         raise UsageError(f"{dest}: is inside the run directory {run}; runs are never modified, "
                          "choose an -o/--output outside it")
@@ -429,7 +438,7 @@ def open_run(path: str | Path) -> Run:
     Every table file's Parquet footer and columns are checked, so a truncated, emptied or
     foreign file fails here in one line instead of deep inside a query.
     """
-    path = Path(path)
+    path = _the_run_in(Path(path))
     meta_path = path / META_FILE
     if not meta_path.is_file():
         what = "does not exist" if not path.exists() else f"is not a run (no {META_FILE})"
@@ -455,6 +464,29 @@ def open_run(path: str | Path) -> Run:
     return run
 
 
+def _child_runs(folder: Path) -> list[Path]:
+    try:
+        return sorted(c for c in folder.iterdir()
+                      if c.is_dir() and not c.name.startswith(".") and (c / META_FILE).is_file())
+    except OSError:
+        return []
+
+
+def _the_run_in(path: Path) -> Path:
+    """``path`` itself when it is a run (or not a folder); the one run inside a folder that
+    holds exactly one (what `mtia-trace replay -o FOLDER` wrote for one target)."""
+    if (path / META_FILE).is_file() or not path.is_dir():
+        return path
+    children = _child_runs(path)
+    if len(children) == 1:
+        return children[0]
+    if len(children) > 1:
+        names = ", ".join(c.name for c in children[:4]) + (", ..." if len(children) > 4 else "")
+        raise RunNotFoundError(f"{path}: holds {len(children)} runs ({names}); pass one of them, "
+                               f"e.g. {children[0]}")
+    return path
+
+
 def find_runs(paths: Iterable[str | Path]) -> list[Run]:
     """Runs named by ``paths``: each a run directory, or a folder whose child directories are runs.
 
@@ -465,8 +497,7 @@ def find_runs(paths: Iterable[str | Path]) -> list[Run]:
         if (p / META_FILE).is_file() or not p.is_dir():
             runs.append(open_run(p))
             continue
-        children = sorted(c for c in p.iterdir()
-                          if c.is_dir() and not c.name.startswith(".") and (c / META_FILE).is_file())
+        children = _child_runs(p)
         if not children:
             raise RunNotFoundError(
                 f"{p}: neither a run nor a folder of runs (no {META_FILE} in it or its "

@@ -17,6 +17,13 @@ SAMPLES = REPO / "sample_traces"
 DATA = REPO / "tests" / "data"
 
 
+def only_run(folder: Path) -> Path:
+    """The one run `mtia-trace replay -o FOLDER` wrote for one target."""
+    runs = [p for p in Path(folder).iterdir() if (p / "run.json").is_file()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
 def _first_dir(*candidates: Path) -> Path:
     return next((p for p in candidates if p.is_dir()), candidates[-1])
 

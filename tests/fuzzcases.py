@@ -241,15 +241,35 @@ def ingest_mutation(ws: Workspace, rng: random.Random) -> Case:
     return Case("ingest mutation", argv, "clean", what, check=_no_partial_run(d))
 
 
+def _written(folder: Path) -> Path:
+    """The run `replay -o FOLDER` wrote for one target (FOLDER itself when it holds none)."""
+    runs = [p for p in folder.iterdir() if (p / "run.json").is_file()] if folder.is_dir() else []
+    return runs[0] if len(runs) == 1 else folder
+
+
+def _half_written(folder: Path) -> str | None:
+    """What is wrong in the folder `replay -o FOLDER` writes runs in: a temporary left, or a
+    directory in it that is not a whole run (None: nothing, or only whole runs)."""
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        return "the -o folder became something else"
+    for p in folder.iterdir():
+        if p.name.startswith(".") and ".tmp-" in p.name:
+            return f"temporary left behind: {p.name}"
+        if p.is_dir() and not (p / "run.json").is_file():
+            return "half-written run directory"
+    if not any(folder.iterdir()):
+        return "empty -o folder left behind"
+    return None
+
+
 def _no_partial_run(d: Path) -> Callable[[], str | None]:
     def check() -> str | None:
         left = [p.name for p in d.iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
         if left:
             return f"temporary left behind: {left}"
-        run = d / "run"
-        if run.exists() and not (run / "run.json").is_file():
-            return "half-written run directory"
-        return None
+        return _half_written(d / "run")
     return check
 
 
@@ -365,10 +385,10 @@ def spec_override(ws: Workspace, rng: random.Random) -> Case:
 
     def check() -> str | None:
         run = d / "run"
-        if replay and (run / "steps.parquet").is_file():
+        if replay and (_written(run) / "steps.parquet").is_file():
             import numpy as np
             import pyarrow.parquet as pq
-            t = pq.read_table(run / "steps.parquet")
+            t = pq.read_table(_written(run) / "steps.parquet")
             for c in t.column_names:
                 if c.endswith("_us"):
                     a = t.column(c).to_numpy()
@@ -839,9 +859,9 @@ def multi_rank(ws: Workspace, rng: random.Random) -> Case:
 
     def check() -> str | None:
         problem = _no_partial_run(d)()
-        if problem or cmd != "replay" or not (run / "run.json").is_file():
+        if problem or cmd != "replay" or not (_written(run) / "run.json").is_file():
             return problem
-        warned = json.loads((run / "run.json").read_text()).get("warnings", [])
+        warned = json.loads((_written(run) / "run.json").read_text()).get("warnings", [])
         return None if any(needle in w for w in warned) else f"run.json lacks {needle!r}"
 
     return Case("multi-rank consistency", argv, "warn", what, needle=needle, check=check)
@@ -897,10 +917,7 @@ def write_faults(ws: Workspace, rng: random.Random) -> Case:
             return f"left behind: {left}"
         if tree(ws.run) != before:
             return "the input run changed"
-        out = d / "out"
-        if out.is_dir() and cmd[0] == "replay" and not (out / "run.json").is_file():
-            return "half-written run"
-        return None
+        return _half_written(d / "out") if cmd[0] == "replay" else None
 
     def setup(patch: Callable[[object, str, object], None] = setattr) -> None:
         _disk_full_after(k, patch)
@@ -993,11 +1010,11 @@ def timestamp_window(ws: Workspace, rng: random.Random) -> Case:
 
     def check() -> str | None:
         problem = _no_partial_run(d)()
-        if problem or not (run / "steps.parquet").is_file():
+        if problem or not (_written(run) / "steps.parquet").is_file():
             return problem
         import numpy as np
         import pyarrow.parquet as pq
-        t = pq.read_table(run / "steps.parquet")
+        t = pq.read_table(_written(run) / "steps.parquet")
         total, measured = t.column("total_us").to_numpy(), t.column("measured_us").to_numpy()
         if not (np.isfinite(total).all() and np.isfinite(measured).all()):
             return f"{kind}: non-finite step times"

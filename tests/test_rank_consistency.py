@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mtia_trace.cli import main
+from tests.conftest import only_run
 from tests.rank_edits import (
     EDITS,
     EXPECT_ERROR,
@@ -56,7 +57,7 @@ def test_warnings_reach_run_json_and_report(docs: dict[int, dict], tmp_path: Pat
     trace = write_docs(docs | {3: edit(docs, "size_x1000")}, tmp_path / "t")
     run = tmp_path / "run"
     assert main(["replay", str(trace), "--hw", "mtia300", "-o", str(run), "-q"]) == 0
-    meta = json.loads((run / "run.json").read_text())
+    meta = json.loads((only_run(run) / "run.json").read_text())
     assert any("message bytes" in w for w in meta["warnings"])
     capsys.readouterr()
     assert main(["report", str(run)]) == 0

@@ -46,7 +46,7 @@ def test_replay_writes_a_run_and_prints_the_attribution(tmp_path: Path, cli) -> 
     code, out, err = cli("replay", trace, "--out", tmp_path / "run")
     assert (code, err) == (0, "")
     assert "as-measured: attribution per step (mean over ranks)" in out and "total_us" in out
-    assert out.rstrip().endswith(f"run written to {tmp_path / 'run'}")
+    assert out.rstrip().endswith(f"run written to {tmp_path / 'run' / 'mini-as-measured'}")
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("step"))
     assert [line.split()[0] for line in lines[header + 2:header + 5]] == ["0", "1", "mean"]
@@ -79,12 +79,12 @@ def test_several_targets_write_one_run_each_queryable_together(tmp_path: Path, c
 def test_existing_run_is_refused_before_ingesting(tmp_path: Path, cli) -> None:
     trace = write_trace(tmp_path / "mini")
     assert cli("replay", trace, "--out", tmp_path / "run")[0] == 0
-    before = (tmp_path / "run" / "run.json").read_bytes()
-    code, out, err = cli("replay", tmp_path / "no-such-trace.json", "--out", tmp_path / "run")
+    before = (tmp_path / "run" / "mini-as-measured" / "run.json").read_bytes()
+    code, out, err = cli("replay", tmp_path / "gone" / "mini", "--out", tmp_path / "run")
     assert code == 2 and err.count("\n") == 1 and "a run already exists there; pass --force" in err
-    assert (tmp_path / "run" / "run.json").read_bytes() == before
+    assert (tmp_path / "run" / "mini-as-measured" / "run.json").read_bytes() == before
     code, _, _ = cli("replay", trace, "--out", tmp_path / "run", "--force", "--seed", "7")
-    assert code == 0 and orjson.loads((tmp_path / "run" / "run.json").read_bytes())["seed"] == 7
+    assert code == 0 and orjson.loads((tmp_path / "run" / "mini-as-measured" / "run.json").read_bytes())["seed"] == 7
 
 
 @pytest.mark.parametrize("args,message", [

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, only_run
 
 from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
@@ -172,7 +172,7 @@ def test_replay_records_whatifs_in_run_json(cli, tmp_path) -> None:
     code, out, err = cli("replay", CPU, "--whatif", "kind=gemm:x0.5", "--whatif",
                          "rank=1,scope=emb_all_to_all_fwd:-20%", "--out", tmp_path / "r", "-q")
     assert code == 0, err
-    meta = orjson.loads((tmp_path / "r" / "run.json").read_bytes())
+    meta = orjson.loads((only_run(tmp_path / "r") / "run.json").read_bytes())
     assert meta["options"]["whatif"] == ["kind=gemm:x0.5", "rank=1,scope=emb_all_to_all_fwd:-20%"]
     notes = meta["assumptions"]["model"]["whatif"]
     assert [n["whatif"] for n in notes] == meta["options"]["whatif"]

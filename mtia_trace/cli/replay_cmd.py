@@ -80,8 +80,8 @@ def replay(
     seed: int = SEED_OPTION,
     source_hw: str = SOURCE_HW_OPTION,
     out: Path = typer.Option(None, "-o", "--output",
-                             help="Run directory (default runs/<trace>-<hw>); "
-                             "with several --hw, the folder that holds one run per target."),
+                             help="Folder for the runs, one per target: <folder>/<trace>-<hw> "
+                             "(default folder: runs)."),
     old_out: Path = OLD_OUT_OPTION,
     force: bool = typer.Option(False, "--force", help="Replace existing run directories."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only where runs were written."),
