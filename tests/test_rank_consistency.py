@@ -138,7 +138,7 @@ def test_distributed_replay_writes_the_warnings_across_ranks(tmp_path: Path) -> 
     swapped = write_docs(docs | {2: edit(docs, "swapped_seq", rank=2)}, tmp_path / "sw")
     one = tmp_path / "one"
     assert main(["replay", str(trace), "--hw", "mtia300", "-o", str(one), "-q"]) == 0
-    local = json.loads((one / "run.json").read_text())["warnings"]
+    local = json.loads((only_run(one) / "run.json").read_text())["warnings"]
     assert any(NEEDLES["size_x1000"] in w for w in local), local
     opts = ReplayOptions(hws=["mtia300"])
     with pytest.raises(TraceFormatError) as alone:
