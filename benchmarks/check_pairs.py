@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mtia_trace.errors import UsageError
 from mtia_trace.ingest import load
 from replay.counterfactual import prepare
 from replay.diff import diff_traces, match_events, transplant
@@ -67,7 +68,11 @@ def main() -> None:
             continue
         pa_ = prepare(ea)
         ws = [parse_whatif(t) for t in texts]
-        pred = pa_.predict(ws)
+        try:
+            pred = pa_.predict(ws)
+        except UsageError as e:  # a what-if naming ops this recording does not have
+            print(f"| {pair.name} | `{'` `'.join(texts)}` | {e} | | |")
+            continue
         named = np.zeros(pa_.graph.n, dtype=bool)
         for w in ws:
             named |= nested(ea, pa_.graph, select(ea, pa_.graph, w))

@@ -130,7 +130,8 @@ def _ranks_from_rows(doc: dict) -> int | None:
 
 def infer_table(doc: dict) -> Table | None:
     """A table's mapping from its own fields: the bundled spec of its GPU, the NIC bandwidth per GPU where it differs from the spec's (nodes > 1),
-    the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), and
+    the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), NCCL's
+    NVLS placement of the release the run used (``chunked`` before 2.20, where stated), and
     ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX (on more than one node:
     a single node uses no NIC) or the GPU a PCIe / NVL variant, and the run's -g
     (`_gpus_per_thread`). None without a bundled spec for the GPU."""
@@ -158,8 +159,22 @@ def infer_table(doc: dict) -> Table | None:
         sets.append("comm.algorithm=nvls")
     elif algo in ("ring", "tree"):
         sets.append(f"comm.algorithm={algo}")
+    # NVLS (not NVLS-tree, whose placement is not modelled) runs on one node
+    if (nodes == 1 and float(spec.get("comm.nvls_efficiency") or 0) > 0
+            and (_nccl_version(doc) or _NVLS_BALANCED) < _NVLS_BALANCED):
+        sets.append("comm.nvls_placement=chunked")
     ranks = None if doc.get("ranks") else _ranks_from_rows(doc)
     return Table(name, tuple(sets), match, ranks, _gpus_per_thread(doc))
+
+
+#: the NCCL release from which NVLS spreads a message over all its channels (``comm.nvls_placement``)
+_NVLS_BALANCED = (2, 20)
+
+
+def _nccl_version(doc: dict) -> tuple[int, int] | None:
+    """(major, minor) of the NCCL a table's run used, None where the table does not say."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(doc.get("nccl_version") or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _gpus_per_thread(doc: dict) -> int:

@@ -17,7 +17,6 @@ from rich.progress import Progress as RichProgress
 from rich.progress import SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from mtia_trace.escape import terminal
-from mtia_trace.ingest import decode
 
 
 def _nbytes(n: float) -> str:
@@ -50,6 +49,10 @@ class Progress:
                                      redirect_stderr=True, refresh_per_second=8)
             self._task = self._bar.add_task("", label=f"mtia-trace: {terminal(label)}")
             self._bar.start()
+            # the ingest package (pandas, msgspec) loads only for a bar on a terminal: a report
+            # or a query does not pay its import to show progress
+            from mtia_trace.ingest import decode
+
             decode.on_bytes_read = self._bytes_read
 
     def _bytes_read(self, n: int) -> None:
@@ -78,6 +81,9 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
+            # loaded when the bar started (see __init__)
+            from mtia_trace.ingest import decode
+
             if decode.on_bytes_read == self._bytes_read:
                 decode.on_bytes_read = None
             self._bar.stop()

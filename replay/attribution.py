@@ -8,12 +8,15 @@ attributed by walking the critical path back from the window's end (`critical_pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
 from mtia_trace import schema
 from replay.critical_path import CAT, NCAT, PathTables, Walk, walk
 from replay.graph import EDGE_CODE, Graph, _is_in, event_times
+from replay.groups import ranges
 from replay.scheduler import Schedule
 
 REL_TOL = 1e-6
@@ -44,33 +47,54 @@ def check_attribution(steps: pa.Table, rel_tol: float = REL_TOL) -> None:
             f"{total[i]:.6f} us ({detail})")
 
 
-def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int, float, float, int, float]]:
-    """(rank, step, window start, window end, end point id, measured us) per rank and step."""
+@dataclass
+class StepWindows:
+    """The (rank, step) windows of a trace, sorted by (rank, step); which events bound each
+    one does not depend on the schedule, only where they land does (`spans`)."""
+
+    rank: np.ndarray
+    step: np.ndarray
+    mark: np.ndarray      # the ProfilerStep# event that is the window, -1: the span of ``rows``
+    measured: np.ndarray  # the window's measured us
+    rows: np.ndarray      # the events of the span windows, window by window, ascending in each
+    first: np.ndarray     # per span window (in window order): where its events begin in ``rows``
+
+    def spans(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Replayed (start, end) per window with point times ``T`` (points, or points x
+        scenarios: a column per scenario)."""
+        start, end = T[0::2], T[1::2]
+        ws = np.empty((len(self.mark),) + T.shape[1:])
+        we = np.empty_like(ws)
+        marked = self.mark >= 0
+        ws[marked], we[marked] = start[self.mark[marked]], end[self.mark[marked]]
+        if len(self.first):
+            ws[~marked] = np.minimum.reduceat(start[self.rows], self.first, axis=0)
+            we[~marked] = np.maximum.reduceat(end[self.rows], self.first, axis=0)
+        return ws, we
+
+
+def window_spans(events: pa.Table, g: Graph) -> StepWindows:
+    """The windows of `step_windows`, before any schedule."""
     rank = events.column("rank").to_numpy()
     step = events.column("step").to_numpy()
     is_dev = events.column("is_device").to_numpy(zero_copy_only=False)
     _t0, ts, ts_end = event_times(events)
     dur = ts_end - ts
-    T = s.T
-    start, end = T[0::2], T[1::2]
-    out = []
     import pyarrow.compute as pc
 
     starts = pc.starts_with(events.column("name"), "ProfilerStep#").fill_null(False)
     marks = np.flatnonzero(~is_dev & starts.to_numpy(zero_copy_only=False))
     name = events.column("name").take(pa.array(marks)).to_pylist()
     name_of = dict(zip(marks.tolist(), name))
-    seen: set[tuple[int, int]] = set()
+    seen: dict[tuple[int, int], tuple[int, float]] = {}  # (rank, step) -> (mark, measured)
     for i in marks.tolist():  # steps: few
         try:
             n = int(name_of[i].split("#", 1)[1])
         except ValueError:
             continue
         key = (int(rank[i]), n)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((key[0], n, float(start[i]), float(end[i]), 2 * i + 1, float(dur[i])))
+        if key not in seen:
+            seen[key] = (i, float(dur[i]))
     # without a step annotation the window spans the step's work: the profiler's own spans
     # and annotations (``PyTorch Profiler (0)``, ``[param|...]``) do not stretch it. One
     # group-by over (rank, step) instead of a mask per rank and step.
@@ -81,16 +105,13 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
     has_work = np.bincount(rank, weights=~passive, minlength=int(rank.max()) + 1 if n else 0) > 0
     keep = ~passive | ~has_work[rank] if n else np.zeros(0, dtype=bool)
     rows = rows[keep]
-    # per (rank, step): rows in (rank, step, latest end first, row) order; the first row of
-    # each group is its last-ending event (the lowest row among ties)
-    o = np.lexsort((-end[rows], step[rows], rank[rows]))
-    rows = rows[o]
+    rows = rows[np.lexsort((rows, step[rows], rank[rows]))]  # (rank, step, row) order
     r_s, st_s = rank[rows], step[rows]
     first = np.flatnonzero(np.r_[True, (r_s[1:] != r_s[:-1]) | (st_s[1:] != st_s[:-1])]) \
         if len(rows) else np.empty(0, dtype=np.int64)
+    spans: dict[tuple[int, int], tuple[int, float]] = {}  # (rank, step) -> (group, measured)
     if len(first):
-        g_rank, g_step, last = r_s[first], st_s[first], rows[first]
-        g_start = np.minimum.reduceat(start[rows], first)
+        g_rank, g_step = r_s[first], st_s[first]
         g_ts = np.minimum.reduceat(ts[rows], first)
         g_te = np.maximum.reduceat(ts_end[rows], first)
         # a rank with numbered steps drops its unnumbered (-1) events
@@ -99,13 +120,35 @@ def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int
         ok = ~(stepped[g_rank] & (g_step < 0))
         for i in np.flatnonzero(ok).tolist():  # (rank, step) pairs
             key = (int(g_rank[i]), int(g_step[i]))
-            if key in seen:
-                continue
-            li = int(last[i])
-            out.append((key[0], key[1], float(g_start[i]), float(end[li]), 2 * li + 1,
-                        float(g_te[i] - g_ts[i])))
-    out.sort()
-    return out
+            if key not in seen:
+                spans[key] = (i, float(g_te[i] - g_ts[i]))
+    keys = sorted([*seen, *spans])
+    mark = np.array([seen[k][0] if k in seen else -1 for k in keys], dtype=np.int64)
+    meas = np.array([seen[k][1] if k in seen else spans[k][1] for k in keys], dtype=np.float64)
+    grp = [spans[k][0] for k in keys if k not in seen]
+    bounds = np.append(first, len(rows))
+    lo = bounds[np.asarray(grp, dtype=np.int64)] if grp else np.zeros(0, dtype=np.int64)
+    hi = bounds[np.asarray(grp, dtype=np.int64) + 1] if grp else np.zeros(0, dtype=np.int64)
+    sel, _ = ranges(lo, hi)
+    return StepWindows(rank=np.array([k[0] for k in keys], dtype=np.int64),
+                       step=np.array([k[1] for k in keys], dtype=np.int64), mark=mark,
+                       measured=meas, rows=rows[sel], first=np.cumsum(hi - lo) - (hi - lo))
+
+
+def step_windows(events: pa.Table, g: Graph, s: Schedule) -> list[tuple[int, int, float, float, int, float]]:
+    """(rank, step, window start, window end, end point id, measured us) per rank and step; a
+    span window ends at its last-ending event (the lowest row among ties)."""
+    w = window_spans(events, g)
+    ws, we = w.spans(s.T)
+    last = w.mark.copy()
+    if len(w.first):
+        end = s.T[1::2][w.rows]
+        top = np.repeat(we[w.mark < 0], np.diff(np.append(w.first, len(w.rows))))
+        cand = np.where(end == top, w.rows, len(s.T))
+        last[w.mark < 0] = np.minimum.reduceat(cand, w.first)
+    return [(r, st, a, b, 2 * li + 1, m) for r, st, a, b, li, m in zip(
+        w.rank.tolist(), w.step.tolist(), ws.tolist(), we.tolist(), last.tolist(),
+        w.measured.tolist())]
 
 
 def unexplained_summary(steps: pa.Table) -> dict[str, float]:
@@ -228,5 +271,7 @@ __all__ = [
     "check_attribution",
     "passive_events",
     "step_windows",
+    "window_spans",
+    "StepWindows",
     "summarize",
 ]

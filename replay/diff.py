@@ -3,7 +3,9 @@ much each part did.
 
 1. *Match* events (`match_events`): collectives by identity (rank, process group, sequence
    number, name), whatever thread or stream ran them (a CPU backend's worker threads take
-   collectives in no fixed order); everything else per rank, step (by position: the k-th step of
+   collectives in no fixed order; where NEW issues other collectives, sequence numbers are
+   first aligned by where each is enqueued: `_align_seqs`); everything else per rank, step (by
+   position: the k-th step of
    BASE with the k-th of NEW) and track (host threads paired by the names they run, device
    streams by id), by name sequence: `difflib.SequenceMatcher` over name codes, so a few inserted
    or missing ops leave the rest matched. Identical sequences skip the matcher.
@@ -13,8 +15,10 @@ much each part did.
    part, own end − last rank's arrival, so the waiting comes out of BASE's graph), and the self
    time of ops and user annotations with children (the measured gaps inside them, waits
    excluded), and a CPU collective's dispatch and return latencies (the enqueue reaching the
-   backend's worker thread, the completion reaching the waiting thread). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data loading
-   outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
+   backend's worker thread, the completion reaching the waiting thread), and when each rank
+   began recording (its threads' first points and its stream-like tracks' earliest start:
+   `_starts_new`). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data
+   loading outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
    return latencies stay BASE's.
 3. *Attribute* (`diff_traces`): groups (by default the outermost user annotation an event is in,
    below ``ProfilerStep#``) get NEW's durations one after the other (sequential scheme: groups
@@ -34,8 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mtia_trace.errors import UsageError
-from replay.attribution import step_windows
-from replay.counterfactual import Prepared, _Sched, measured_step_times, prepare
+from replay.attribution import window_spans
+from replay.counterfactual import (
+    Prepared,
+    _whole_steps,
+    measured_step_times,
+    prepare,
+    sorted_codes,
+)
 from replay.graph import EDGE_CODE, Graph
 from replay.whatif import launcher, set_durations, total_cost
 
@@ -70,11 +80,12 @@ def _step_ordinal(events: pa.Table) -> np.ndarray:
     out = np.full(len(step), -1, dtype=np.int64)
     ok = step >= 0
     if ok.any():
-        key = np.stack([rank[ok], step[ok]], axis=1)
-        u, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        first = np.searchsorted(u[:, 0], u[:, 0], side="left")
-        out[ok] = (np.arange(len(u)) - first)[inv]
+        r, st = rank[ok] - rank[ok].min(), step[ok]
+        # (rank, step) as one key that sorts the same way
+        u, inv = np.unique(r * (int(st.max()) + 1) + st, return_inverse=True)
+        ur = u // (int(st.max()) + 1)
+        first = np.searchsorted(ur, ur, side="left")
+        out[ok] = (np.arange(len(u)) - first)[inv.reshape(-1)]
     return out
 
 
@@ -117,25 +128,30 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
     sides = []
     for ev, c in ((base, cb), (new, cn)):
         rank = ev.column("rank").to_numpy().astype(np.int64)
-        track = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
-        sides.append((rank, track, _step_ordinal(ev), c))
+        sides.append((rank, sorted_codes(ev.column("track")), _step_ordinal(ev), c))
     kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
+    _align_seqs(kb, kn, _coll_signature(base, cb), _coll_signature(new, cn),
+                base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
     cmb, cmn = _join_keys(kb, kn)
     out_b: list[np.ndarray] = [cmb]
     out_n: list[np.ndarray] = [cmn]
     keyed_b, keyed_n = kb[:, 0] >= 0, kn[:, 0] >= 0
     um_b: Counter = Counter()
     um_n: Counter = Counter()
-    (rb, trb, sb, _), (rn, trn, sn, _) = sides
+    # tracks as codes into their sorted names (one per side)
+    (rb, (trb, tvb), sb, _), (rn, (trn, tvn), sn, _) = sides
+    code_b = {t: i for i, t in enumerate(tvb.tolist())}
+    code_n = {t: i for i, t in enumerate(tvn.tolist())}
     for r in sorted(set(rb.tolist()) | set(rn.tolist())):  # ranks: few
         ib = np.flatnonzero(rb == r)
         inn = np.flatnonzero(rn == r)
-        tb = {t: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
-        tn = {t: Counter(cn[inn[trn[inn] == t]].tolist()) for t in np.unique(trn[inn]).tolist()}
+        tb = {tvb[t]: Counter(cb[ib[trb[ib] == t]].tolist()) for t in np.unique(trb[ib]).tolist()}
+        tn = {tvn[t]: Counter(cn[inn[trn[inn] == t]].tolist())
+              for t in np.unique(trn[inn]).tolist()}
         pairs = _pair_tracks(tb, tn)
         for t_b, t_n in pairs.items():  # tracks: few
-            eb = ib[(trb[ib] == t_b) & ~keyed_b[ib]]
-            en = inn[(trn[inn] == t_n) & ~keyed_n[inn]]
+            eb = ib[(trb[ib] == code_b[t_b]) & ~keyed_b[ib]]
+            en = inn[(trn[inn] == code_n[t_n]) & ~keyed_n[inn]]
             for k in np.union1d(sb[eb], sn[en]).tolist():  # steps: few
                 a = eb[sb[eb] == k]
                 b = en[sn[en] == k]
@@ -177,6 +193,49 @@ def _coll_keys(ev: pa.Table, code: np.ndarray) -> np.ndarray:
     out[ids[o], :4] = ks
     out[ids[o], 4] = occ
     return out
+
+
+def _coll_signature(ev: pa.Table, code: np.ndarray) -> np.ndarray:
+    """Per event: its name code and its parent's (-1 none), as one int64: with the collective
+    keys, what a collective is where the program issues it (a bucket all-reduce in backward,
+    the loss all-reduce in its region)."""
+    parent = ev.column("parent_id").to_numpy().astype(np.int64)
+    pc_ = np.where(parent >= 0, code[np.maximum(parent, 0)], -1)
+    return code * (1 << 31) + (pc_ + 1)
+
+
+def _align_seqs(kb: np.ndarray, kn: np.ndarray, sb: np.ndarray, sn: np.ndarray,
+                tb: np.ndarray, tn: np.ndarray) -> None:
+    """In place: NEW's collective sequence numbers renumbered to BASE's where the two runs
+    issue different collectives (NEW's DDP has another bucket, so every later sequence number
+    shifts). Per rank and process group, where the runs' sequences of collectives (by sequence
+    number, the name of each one's first event) differ, each sequence number is signed by its
+    first event (the enqueue: `_coll_signature`), the signed sequences are matched by
+    `_match_seq`, and a NEW sequence number with no partner gets one BASE does not have."""
+    ib, inn = np.flatnonzero(kb[:, 0] >= 0), np.flatnonzero(kn[:, 0] >= 0)
+    if not len(ib) or not len(inn):
+        return
+
+    def seqs(k: np.ndarray, ids: np.ndarray, sig: np.ndarray, ts: np.ndarray, r: int, g: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m = ids[(k[ids, 0] == r) & (k[ids, 1] == g)]
+        m = m[np.lexsort((m, ts[m], k[m, 2]))]  # by sequence number, the first (enqueue) first
+        first = np.ones(len(m), dtype=bool)
+        first[1:] = k[m[1:], 2] != k[m[:-1], 2]
+        return k[m[first], 2], sig[m[first]], k[m[first], 3]
+
+    fresh = int(max(kb[:, 2].max(), kn[:, 2].max())) + 1
+    for r, g in {(int(a), int(b)) for a, b in kb[ib, :2].tolist()}:  # (rank, group): few
+        qb, gb_, nb_ = seqs(kb, ib, sb, tb, r, g)
+        qn, gn_, nn_ = seqs(kn, inn, sn, tn, r, g)
+        if np.array_equal(nb_, nn_) and np.array_equal(qb, qn):
+            continue  # the same collectives under the same numbers
+        ia, ja = _match_seq(gb_, gn_)
+        to = np.arange(fresh, fresh + len(qn), dtype=np.int64)
+        fresh += len(qn)
+        to[ja] = qb[ia]
+        sel = inn[(kn[inn, 0] == r) & (kn[inn, 1] == g)]
+        kn[sel, 2] = to[np.searchsorted(qn, kn[sel, 2])]
 
 
 def _join_keys(kb: np.ndarray, kn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -246,6 +305,9 @@ class Transplant:
     #: per BASE event: a ``ProfilerStep#`` (its gaps take NEW's only where NEW has the same
     #: gap; the rest of its self time, the loop's unmatched gaps, stays BASE's)
     loop: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    #: per BASE point: NEW's time of a host thread's first point (where recording of that
+    #: thread began, after the trace's start), nan where kept
+    base_new: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def cpu_transfers(p: Prepared) -> np.ndarray:
@@ -335,7 +397,48 @@ def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
     d_new[bi[cpu]] = pn.graph.ready_lag[ni[cpu]]
     return Transplant(cost_new=c_new, self_new=s_new, cost_base=cost_b, self_base=self_b,
                       ret_new=r_new, disp_new=d_new, gap_new=_gaps_new(pb, pn, m),
-                      loop=is_step)
+                      loop=is_step, base_new=_starts_new(pb, pn, m))
+
+
+def _starts_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
+    """Per BASE point: where NEW's partner of a host thread's first point lies after NEW's
+    start, where that partner is its thread's first point too; nan elsewhere. When each rank
+    began recording (the steps before the first recorded one, process start-up) is measured,
+    like a gap: NEW's offsets replace BASE's."""
+    gb, gn = pb.graph, pn.graph
+    out = np.full(2 * gb.n, np.nan)
+    if not len(m.base):
+        return out
+
+    def firsts(g: Graph) -> np.ndarray:
+        tp = g.track_ptr[:-1]
+        keep = (tp < g.track_ptr[1:]) & ~g.track_is_device
+        return g.order[tp[keep]]
+
+    fb, fn = firsts(gb), firsts(gn)
+    new_of = np.full(gb.n, -1, dtype=np.int64)
+    new_of[m.base] = m.new
+    fb = fb[(fb % 2 == 0) & (new_of[fb // 2] >= 0)]
+    partner = 2 * new_of[fb // 2]
+    ok = np.isin(partner, fn) & np.isfinite(gb.base[fb])
+    out[fb[ok]] = gn.base[partner[ok]]
+    # stream-like tracks (devices, worker threads) start no earlier than their rank's first
+    # event: NEW's rank start
+    rb = pb.events.column("rank").to_numpy().astype(np.int64)
+    rn = pn.events.column("rank").to_numpy().astype(np.int64)
+    t_b = pb.events.column("ts_us").to_numpy() - gb.t0
+    t_n = pn.events.column("ts_us").to_numpy() - gn.t0
+    nr = int(max(rb.max(initial=-1), rn.max(initial=-1))) + 1
+    s_b, s_n = np.full(nr, np.inf), np.full(nr, np.inf)
+    np.minimum.at(s_b, rb, t_b)
+    np.minimum.at(s_n, rn, t_n)
+    tp = gb.track_ptr[:-1]
+    keep = (tp < gb.track_ptr[1:]) & gb.track_is_device
+    fd = gb.order[tp[keep]]
+    r = rb[fd // 2]
+    at = np.isfinite(s_n[r]) & (gb.base[fd] == s_b[r])
+    out[fd[at]] = s_n[r[at]]
+    return out
 
 
 def _gaps_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
@@ -423,7 +526,12 @@ def apply_transplant(pb: Prepared, tp: Transplant, mask: np.ndarray
         lag = lag.copy() if lag is g.lag else lag
         into = (g.etype == EDGE_CODE["launch"]) & np.isin(g.dst_pt, 2 * dm)
         lag[into] = ready_lag[g.dst_pt[into] // 2]
-    return dataclasses.replace(g, gap=gap, lag=lag, ready_lag=ready_lag), comps
+    base = g.base
+    if len(tp.base_new):
+        mine = np.isfinite(tp.base_new) & np.repeat(mask, 2)
+        if mine.any():
+            base = np.where(mine, tp.base_new, g.base)
+    return dataclasses.replace(g, gap=gap, lag=lag, ready_lag=ready_lag, base=base), comps
 
 
 # ---- groups and the diff -----------------------------------------------------------------------
@@ -557,10 +665,8 @@ def _spread(values: list[float]) -> float:
 def per_step(events: pa.Table, g: Graph, times: np.ndarray) -> list[float]:
     """Mean over ranks of each whole step's time (``times``: per (rank, step) window, in the
     order of `window_times`), steps in order."""
-    wins = step_windows(events, g, _Sched(np.zeros(2 * g.n)))  # type: ignore[arg-type]
-    steps = np.array([w[1] for w in wins], dtype=np.int64)
-    keep = steps >= 0 if (steps >= 0).any() else np.ones(len(steps), dtype=bool)
-    steps = steps[keep]
+    steps = window_spans(events, g).step
+    steps = steps[_whole_steps(steps)]
     if len(steps) != len(times):
         return []
     u, inv = np.unique(steps, return_inverse=True)
@@ -592,15 +698,8 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     base_meas = measured_step_times(base, pb.graph)
     new_meas = measured_step_times(new, pn.graph)
     base_rep = pb.step_mean()
-    full = np.ones(pb.graph.n, dtype=bool)
-    g_all, c_all = apply_transplant(pb, tp, full)
-    pred_times = pb.step_times(g_all, c_all)  # type: ignore[arg-type]
-    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
-    steps_b = per_step(base, pb.graph, base_meas)
-    steps_n = per_step(new, pn.graph, new_meas)
-    steps_p = per_step(base, pb.graph, pred_times)
-    k = min(len(steps_b), len(steps_n), len(steps_p))
-    # sequential attribution over groups, largest busy-time change first
+    # sequential attribution over groups, largest busy-time change first: the prediction with
+    # everything transplanted and with each prefix of the groups, all in one pass
     lab = group_labels(pb, group_by)
     dc = np.nan_to_num(tp.cost_new - tp.cost_base) * pb.leaf
     ds = np.nan_to_num(tp.self_new - tp.self_base)
@@ -612,25 +711,43 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     keep = [u[i] for i in order[:max_groups]]
     rest = [u[i] for i in order[max_groups:]]
     lab_s = lab.astype(str)
-    contributions: list[tuple[str, float]] = []
-    mask = np.zeros(pb.graph.n, dtype=bool)
-    prev = base_rep
     steps = [(g, np.isin(lab_s, [g])) for g in keep]
     if rest:
         steps.append((f"(other {len(rest)} groups)", np.isin(lab_s, rest)))
-    for gname, gm in steps:
-        mask |= gm
-        if mask.all() or len(contributions) == len(steps) - 1:
+    full = np.ones(pb.graph.n, dtype=bool)
+    masks: list[np.ndarray | None] = []
+    mask = np.zeros(pb.graph.n, dtype=bool)
+    for i, (_, gm) in enumerate(steps):
+        mask = mask | gm
+        masks.append(None if mask.all() or i == len(steps) - 1 else mask)
+    todo = [full, *(mk for mk in masks if mk is not None)]
+    times = iter(pb.step_times_many(
+        (apply_transplant(pb, tp, mk) for mk in todo), len(todo)))  # type: ignore[misc]
+    pred_times = next(times)
+    predicted = float(pred_times.mean()) if len(pred_times) else 0.0
+    steps_b = per_step(base, pb.graph, base_meas)
+    steps_n = per_step(new, pn.graph, new_meas)
+    steps_p = per_step(base, pb.graph, pred_times)
+    k = min(len(steps_b), len(steps_n), len(steps_p))
+    contributions: list[tuple[str, float]] = []
+    prev = base_rep
+    for (gname, _), mk in zip(steps, masks):
+        if mk is None:
             cur = predicted
         else:
-            g_k, c_k = apply_transplant(pb, tp, mask)
-            cur = pb.step_mean(g_k, c_k)  # type: ignore[arg-type]
+            t = next(times)
+            cur = float(t.mean()) if len(t) else 0.0
         contributions.append((gname, cur - prev))
         prev = cur
     contributions.sort(key=lambda t: -abs(t[1]))
     notes: dict[str, object] = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
              "transplanted_costs": int(np.isfinite(tp.cost_new).sum()),
              "transplanted_self_times": int(np.isfinite(tp.self_new).sum())}
+    # collectives only NEW issues (another DDP bucket): BASE's graph has no place for them
+    seq_n = new.column("coll_seq").fill_null(-1).to_numpy().astype(np.int64)
+    only_new = (seq_n >= 0) & ~np.isin(np.arange(new.num_rows), m.new)
+    if only_new.any():
+        notes["new_only_collective_events"] = int(only_new.sum())
     return DiffResult(
         base_step_us=float(base_meas.mean()) if len(base_meas) else 0.0,
         new_step_us=float(new_meas.mean()) if len(new_meas) else 0.0,

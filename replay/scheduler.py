@@ -17,6 +17,8 @@ For every point the scheduler records what bound it: the chain (track predecesso
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import heapq
 from dataclasses import dataclass
 
@@ -46,29 +48,39 @@ class Schedule:
     own_src: np.ndarray | None = None
 
 
-def chain_lags(g: Graph, dur: np.ndarray) -> np.ndarray:
+def chain_lags(g: Graph, dur: np.ndarray, gap: np.ndarray | None = None,
+               ready_lag: np.ndarray | None = None) -> np.ndarray:
     """Chain lag per position: costed duration for leaf ends, ready lag before device starts,
-    measured gaps elsewhere (host self time and gaps)."""
+    measured gaps elsewhere (host self time and gaps). ``dur`` per event, or (events x
+    scenarios) with ``gap`` (positions x scenarios) and optionally ``ready_lag`` (events x
+    scenarios, else ``g``'s for all): one column of lags per scenario."""
     ev = g.order // 2
     is_end = (g.order % 2) == 1
-    w = g.gap.copy()
+    w = (g.gap if gap is None else gap).copy()
     w[g.leaf_end] = dur[ev[g.leaf_end]]
     dev_pos = np.repeat(g.track_is_device, np.diff(g.track_ptr))
     w[dev_pos & is_end] = dur[ev[dev_pos & is_end]]
-    w[dev_pos & ~is_end] = g.ready_lag[ev[dev_pos & ~is_end]]
+    lag = (g.ready_lag if ready_lag is None else ready_lag)[ev[dev_pos & ~is_end]]
+    w[dev_pos & ~is_end] = lag if w.ndim == lag.ndim else lag[:, None]
     w[g.track_ptr[:-1][g.track_ptr[:-1] < len(w)]] = 0.0
     return w
 
 
 #: segments longer than this take one running-maximum call each, the rest are scanned together
 _LONG = 64
+#: this many segments or fewer take one running-maximum call each, whatever their length
+_FEW = 16
 
 
 def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
     """The running maximum of each segment ``m[starts_i:starts_i + lens_i]``, in place (the
-    segments are back to back). Short segments together: step d takes the maximum with the
+    segments are back to back; a 2-D ``m`` runs down its rows, each column on its own). Short segments together: step d takes the maximum with the
     value d back in the same segment (d = 1, 2, 4, ...); each long one by itself."""
     if not len(m):
+        return
+    if len(lens) <= _FEW:  # few segments (often: a round that advances a track per rank)
+        for a, n in zip(starts.tolist(), lens.tolist()):
+            np.maximum.accumulate(m[a:a + n], axis=0, out=m[a:a + n])
         return
     r = np.arange(len(m)) - np.repeat(starts, lens)  # position within its segment
     top = int(min(lens.max(), _LONG))
@@ -76,11 +88,11 @@ def _segment_cummax(m: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None
     while d < top:
         ok = r[d:] >= d
         prev = m[:-d].copy()
-        np.maximum(m[d:], prev, out=m[d:], where=ok)
+        np.maximum(m[d:], prev, out=m[d:], where=ok if m.ndim == 1 else ok[:, None])
         d *= 2
     for i in np.flatnonzero(lens > _LONG).tolist():
         a = int(starts[i])
-        np.maximum.accumulate(m[a:a + int(lens[i])], out=m[a:a + int(lens[i])])
+        np.maximum.accumulate(m[a:a + int(lens[i])], axis=0, out=m[a:a + int(lens[i])])
 
 
 class _Solver:
@@ -96,10 +108,11 @@ class _Solver:
     cycle through a track chain) falls back to repeated rescans, which reach the same fixpoint.
     """
 
-    def __init__(self, g: Graph, w: np.ndarray, pos: np.ndarray) -> None:
+    def __init__(self, g: Graph, w: np.ndarray | None, pos: np.ndarray) -> None:
         self.order, self.ptr = g.order, g.track_ptr
         self.ntr = len(self.ptr) - 1
-        self.C = segment_cumsum(w, self.ptr)  # each track's running sum from its first point
+        # each track's running sum from its first point (without lags: the structure only)
+        self.C = segment_cumsum(w, self.ptr) if w is not None else np.zeros(0)
         ne = len(g.dst_pt)
         dpos = pos[g.dst_pt] if ne else np.zeros(0, dtype=np.int64)
         eo = np.argsort(dpos, kind="stable")
@@ -310,6 +323,23 @@ class _Advance:
         sv.M[self.P] = m
         sv.T[sv.order[self.P]] = C + m
 
+    def apply_many(self, sv: _Batch) -> None:
+        """`apply` on every scenario at once (one column each): the same operations per
+        column, the scatter of the edges' maxima done per destination (a maximum is exact, so
+        the order it is taken in does not matter)."""
+        x = sv.rows(self.P)
+        if len(self.E):
+            if not hasattr(self, "_gm"):
+                self._gm = _GroupMax(self.at)
+            self._gm.apply(x, sv.T[self.esrc] + sv.lags(self.E))
+        m = x
+        C = sv.C[self.P]
+        m -= C
+        m[self.cont_at] = np.maximum(m[self.cont_at], sv.M[self.cont_prev])
+        _segment_cummax(m, self.starts, self.lens)
+        sv.M[self.P] = m
+        sv.T[sv.order[self.P]] = C + m
+
 
 class _Settle:
     """Heads ``hs`` of tracks ``Ss``, collective instances waiting only for each other,
@@ -347,6 +377,80 @@ class _Settle:
         sv.M[hs] = Mh
         sv.T[self.pts] = Th
 
+    def apply_many(self, sv: _Batch) -> None:
+        """`apply` on every scenario at once: iterated until no column moves (a column that
+        settled stays put, so each ends at its own fixed point)."""
+        hs = self.hs
+        if not hasattr(self, "_gm_fin"):
+            self._gm_fin, self._gm_pend = _GroupMax(self.fin_r), _GroupMax(self.r_p)
+        own = sv.rows(hs)
+        if len(self.fin_r):
+            self._gm_fin.apply(own, sv.T[self.fin_src] + sv.lags(self.fin_e))
+        lag_p = sv.lags(self.pend_e)
+        Ch = sv.C[hs]
+        Mprev = np.where(self.has_prev[:, None], sv.M[self.prev], -np.inf)
+        Mh = np.maximum(Mprev, own - Ch)
+        Th = Ch + Mh
+        for _ in range(10_000):
+            x = own.copy()
+            if len(self.r_p):
+                self._gm_pend.apply(x, Th[self.src_row] + lag_p)
+            Mn = np.maximum(Mprev, x - Ch)
+            if np.array_equal(Mn, Mh):
+                break
+            Mh, Th = Mn, Ch + Mn
+        else:
+            raise AssertionError("schedule does not converge: the dependency graph has a cycle")
+        sv.M[hs] = Mh
+        sv.T[self.pts] = Th
+
+
+class _GroupMax:
+    """``np.maximum.at(x, idx, vals)`` over rows, as one sort and one ``reduceat`` (neither
+    when ``idx`` is sorted already, or has no repeats)."""
+
+    def __init__(self, idx: np.ndarray) -> None:
+        ordered = len(idx) < 2 or bool((idx[1:] >= idx[:-1]).all())
+        self.o = None if ordered else np.argsort(idx, kind="stable")
+        si = idx if self.o is None else idx[self.o]
+        new = np.ones(len(si), dtype=bool)
+        new[1:] = si[1:] != si[:-1]
+        self.first = np.flatnonzero(new)
+        self.u = si[self.first]
+        self.repeats = len(self.first) < len(si)
+
+    def apply(self, x: np.ndarray, vals: np.ndarray) -> None:
+        v = vals if self.o is None else vals[self.o]
+        red = np.maximum.reduceat(v, self.first, axis=0) if self.repeats else v
+        x[self.u] = np.maximum(x[self.u], red)
+
+
+class _Batch:
+    """The solver's state for several scenarios of one graph at once: a column per scenario
+    in ``C`` (chain sums), ``M``, ``T`` and the base times ``xb`` (per position, or one column
+    per scenario); edges, order and track bounds shared (`_Solver`'s)."""
+
+    def __init__(self, sv: _Solver, C: np.ndarray, xb: np.ndarray, npts: int,
+                 lag: np.ndarray | None = None) -> None:
+        self.order, self.ptr = sv.order, sv.ptr
+        self.lag = sv.lag if lag is None else lag  # per edge (solver order), or a column each
+        self.C, self.xb = C, xb
+        self.S = C.shape[1]
+        self.T = np.full((npts, self.S), -np.inf)
+        self.M = np.empty(C.shape)
+
+    def lags(self, e: np.ndarray) -> np.ndarray:
+        """The lags of edges ``e`` (solver order), one column per scenario or one for all."""
+        return self.lag[e] if self.lag.ndim == 2 else self.lag[e][:, None]
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """The base times of positions ``idx``, one column per scenario (a new array)."""
+        if self.xb.ndim == 2:
+            return self.xb[idx]
+        out = np.empty((len(idx), self.S))
+        out[:] = self.xb[idx][:, None]
+        return out
+
 
 class SchedulePlan:
     """The worklist's rounds for one graph, recorded by its first schedule and replayed by the
@@ -379,6 +483,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
     solver = _Solver(g, w, pos)
+    resource, capacity = _with_worker_pools(g, resource, capacity)
     if resource is not None and len(resource):
         # an event with children (a host collective op around the one that carries it, e.g.
         # nccl:all_to_all around record_param_comms) is timed by its children: holding a unit
@@ -411,6 +516,158 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     pools.check(sched, res_x)
     sched.passes = passes
     return sched
+
+
+def schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
+                  resource: np.ndarray | None = None, capacity: np.ndarray | None = None, *,
+                  plan: SchedulePlan, lag: np.ndarray | None = None,
+                  ready_lag: np.ndarray | None = None) -> np.ndarray:
+    """Times (points x scenarios) of ``g`` scheduled once per scenario: column j is what
+    `schedule` gives, bit for bit, with durations ``dur[:, j]`` (events x scenarios) and chain
+    gaps ``gap[:, j]`` (positions x scenarios) in place of ``g.gap``, and, when given, edge
+    lags ``lag[:, j]`` (edges x scenarios) and ready lags ``ready_lag[:, j]`` (events x
+    scenarios) in place of ``g.lag`` and ``g.ready_lag``. The rounds of ``plan``
+    (recorded by an earlier `schedule` of ``g``) are replayed once for all columns, so their
+    per-call cost is paid once; resource pools, settled by readiness, are settled per column
+    with the columns that wait scheduled again together. Without a recorded plan (or when
+    the graph needed rescans) each column is scheduled by itself."""
+    T, _ = _schedule_many(g, dur, gap, resource, capacity, plan, lag, ready_lag, False)
+    return T
+
+
+def schedules_many(g: Graph, dur: np.ndarray, gap: np.ndarray,
+                   resource: np.ndarray | None = None, capacity: np.ndarray | None = None, *,
+                   plan: SchedulePlan, lag: np.ndarray | None = None,
+                   ready_lag: np.ndarray | None = None) -> list[Schedule]:
+    """`schedule_many` with each column's whole `Schedule` (ready times, bindings, waits), as
+    `schedule` gives it."""
+    _, out = _schedule_many(g, dur, gap, resource, capacity, plan, lag, ready_lag, True)
+    return out  # type: ignore[return-value]
+
+
+def _schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray, resource: np.ndarray | None,
+                   capacity: np.ndarray | None, plan: SchedulePlan, lag: np.ndarray | None,
+                   ready_lag: np.ndarray | None, full: bool
+                   ) -> tuple[np.ndarray, list[Schedule] | None]:
+    npts, S = 2 * g.n, dur.shape[1]
+    plan = plan.for_graph(g)
+    if plan.steps is None or plan.rescan:
+        out = np.empty((npts, S))
+        alone = []
+        for j in range(S):
+            sj = schedule(_column(g, j, gap, lag, ready_lag), np.ascontiguousarray(dur[:, j]),
+                          resource, capacity, plan=plan)
+            out[:, j] = sj.T
+            if full:
+                alone.append(sj)
+        return out, alone if full else None
+    order, ptr = g.order, g.track_ptr
+    W = chain_lags(g, dur, gap, ready_lag)
+    pos = np.empty(npts, dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    sv = _Solver(g, None, pos)  # the shared structure
+    lag_s = lag[sv.eo] if lag is not None else None  # in the solver's edge order
+    C = W.copy()
+    for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist()):
+        if b > a:
+            np.cumsum(W[a:b], axis=0, out=C[a:b])  # each column as segment_cumsum rounds it
+    steps = plan.steps
+
+    def run(cols: np.ndarray | slice, xb: np.ndarray) -> _Batch:
+        bt = _Batch(sv, C[:, cols], xb, npts, lag_s[:, cols] if lag_s is not None else None)
+        for step in steps:
+            step.apply_many(bt)
+        return bt
+
+    resource, capacity = _with_worker_pools(g, resource, capacity)
+    if resource is not None and len(resource):
+        resource = np.where(_containers(g), -1, resource)
+    use_res = resource is not None and len(resource) > 0 and bool((resource >= 0).any())
+    bt = run(slice(None), sv.base_pos)
+    out = bt.T
+    if not use_res and not full:
+        return out, None
+    # per column: `schedule`'s bindings and, with resource pools, its rounds of settling them
+    # (the columns that wait scheduled again together)
+    cols: list[_Column] = []
+    for j in range(S):
+        svj = copy.copy(sv)
+        svj.C, svj.M = np.ascontiguousarray(C[:, j]), np.ascontiguousarray(bt.M[:, j])
+        if lag_s is not None:
+            svj.lag = np.ascontiguousarray(lag_s[:, j])
+        wj = np.ascontiguousarray(W[:, j])
+        sched = _bindings(_column(g, j, gap, lag, ready_lag), svj,
+                          np.ascontiguousarray(out[:, j]), wj, pos, None)
+        sched.passes = 1
+        pools = _Pools(g, np.ascontiguousarray(dur[:, j]), resource,  # type: ignore[arg-type]
+                       capacity) if use_res else None  # type: ignore[arg-type]
+        cols.append(_Column(svj, wj, sched, pools, np.full(npts, -np.inf), False))
+    active = list(range(S)) if use_res else []
+    while active:
+        again = []
+        for j in active:
+            c = cols[j]
+            c.current = False
+            if c.pools.commit(c.sched, c.res_x):  # type: ignore[union-attr]
+                again.append(j)
+        if again:
+            xb = np.maximum(sv.base_pos[:, None],
+                            np.stack([cols[j].res_x[order] for j in again], axis=1))
+            bt = run(np.asarray(again), xb)
+            for i, j in enumerate(again):
+                c = cols[j]
+                c.sv.M = np.ascontiguousarray(bt.M[:, i])
+                out[:, j] = bt.T[:, i]
+                passes = c.sched.passes + 1
+                c.sched = _bindings(_column(g, j, gap, lag, ready_lag), c.sv,
+                                    np.ascontiguousarray(bt.T[:, i]), c.w, pos, c.res_x)
+                c.sched.passes, c.current = passes, True
+        for j in active:
+            c = cols[j]
+            if c.pools.done():  # type: ignore[union-attr]
+                if not c.current:
+                    c.sched = _queued(c.sched, c.res_x)
+                c.pools.check(c.sched, c.res_x)  # type: ignore[union-attr]
+        active = [j for j in active if not cols[j].pools.done()]  # type: ignore[union-attr]
+    return out, [c.sched for c in cols] if full else None
+
+
+def _column(g: Graph, j: int, gap: np.ndarray, lag: np.ndarray | None,
+            ready_lag: np.ndarray | None) -> Graph:
+    """``g`` with scenario j's chain gaps and lags (`schedule_many`'s columns)."""
+    return dataclasses.replace(
+        g, gap=np.ascontiguousarray(gap[:, j]),
+        lag=g.lag if lag is None else np.ascontiguousarray(lag[:, j]),
+        ready_lag=g.ready_lag if ready_lag is None else np.ascontiguousarray(ready_lag[:, j]))
+
+
+@dataclass
+class _Column:
+    """One scenario of `schedule_many` while its resource pools settle."""
+
+    sv: _Solver
+    w: np.ndarray
+    sched: Schedule
+    pools: _Pools | None
+    res_x: np.ndarray
+    current: bool  # whether sched's bindings saw the latest res_x
+
+
+def _with_worker_pools(g: Graph, resource: np.ndarray | None, capacity: np.ndarray | None
+                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The cost model's pools plus the graph's worker-thread pools (`Graph.pool`) for the
+    events the model gives none, numbered after the model's."""
+    if g.pool is None or g.pool_capacity is None or not (g.pool >= 0).any():
+        return resource, capacity
+    res = np.asarray(resource, dtype=np.int64) if resource is not None and len(resource) \
+        else np.full(g.n, -1, dtype=np.int64)
+    cap = np.asarray(capacity, dtype=np.int64) if capacity is not None \
+        else np.zeros(0, dtype=np.int64)
+    off = max(len(cap), int(res.max(initial=-1)) + 1)
+    cap = np.concatenate([cap, np.ones(off - len(cap), dtype=np.int64),
+                          np.asarray(g.pool_capacity, dtype=np.int64)])
+    res = np.where(res >= 0, res, np.where(g.pool >= 0, off + g.pool, -1))
+    return res, cap
 
 
 def _containers(g: Graph) -> np.ndarray:

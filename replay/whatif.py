@@ -166,19 +166,26 @@ def parse_whatifs(items: list[str] | None) -> list[WhatIf]:
 
 # ---- selection -----------------------------------------------------------------------------------
 
-def _match_strings(col: pa.ChunkedArray | pa.Array, alts: tuple[str, ...]) -> np.ndarray:
-    """Glob (or one /regex/) over a string column, matched once per distinct value."""
+def encode(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A string column as (its distinct values, per row the index of its value, -1 null)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if len(arr) == 0:
-        return np.zeros(0, dtype=bool)
     enc = pc.dictionary_encode(arr)
+    return enc.dictionary, enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+
+
+def _match_strings(col: pa.ChunkedArray | pa.Array, alts: tuple[str, ...],
+                   enc: tuple[pa.Array, np.ndarray] | None = None) -> np.ndarray:
+    """Glob (or one /regex/) over a string column, matched once per distinct value (``enc``:
+    the column's `encode`, when read already)."""
+    if len(col) == 0:
+        return np.zeros(0, dtype=bool)
+    values, idx = enc if enc is not None else encode(col)
     if alts[0].startswith("/"):
         rx = alts[0].strip("/")
     else:
         rx = "|".join(f"(?:{glob_regex(a)})" for a in alts)
-    hit = pc.match_substring_regex(enc.dictionary, rx).fill_null(False)
+    hit = pc.match_substring_regex(values, rx).fill_null(False)
     hit_np = np.append(hit.to_numpy(zero_copy_only=False).astype(bool), False)
-    idx = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
     return hit_np[idx]
 
 
@@ -227,35 +234,66 @@ def launcher(events: pa.Table, g: Graph) -> np.ndarray:
     return out
 
 
-def nested(events: pa.Table, g: Graph, seed: np.ndarray) -> np.ndarray:
+@dataclass
+class TraceIndex:
+    """What selecting reads of a trace (`select`, `nested`), read once for callers that
+    select many times."""
+
+    parent: np.ndarray     # per event: its parent row, 0 where it has none (see has_parent)
+    has_parent: np.ndarray
+    levels: int            # the most nesting levels to follow
+    runtime: np.ndarray    # per event: a runtime call
+    launcher: np.ndarray   # per event: `launcher`
+    strings: dict[str, tuple[pa.Array, np.ndarray]]  # `encode` of string columns, as read
+
+    def encoded(self, events: pa.Table, col: str) -> tuple[pa.Array, np.ndarray]:
+        if col not in self.strings:
+            self.strings[col] = encode(events.column(col))
+        return self.strings[col]
+
+
+def trace_index(events: pa.Table, g: Graph) -> TraceIndex:
+    parent = events.column("parent_id").to_numpy()
+    has_p = parent >= 0
+    return TraceIndex(parent=np.where(has_p, parent, 0), has_parent=has_p,
+                      levels=int(events.column("depth").to_numpy().max(initial=0)) + 1,
+                      runtime=events.column("kind").to_numpy(zero_copy_only=False) == "runtime",
+                      launcher=launcher(events, g), strings={})
+
+
+def nested(events: pa.Table, g: Graph, seed: np.ndarray,
+           index: TraceIndex | None = None) -> np.ndarray:
     """``seed`` plus everything nested in it (host) and the work launched from there. A runtime
     call in ``seed`` whose parent is not selected launches nothing selected: a launch call's own
-    cost is not its kernel's (``launched_by=`` selects those)."""
-    parent = events.column("parent_id").to_numpy()
+    cost is not its kernel's (``launched_by=`` selects those). ``index``: `trace_index` of the
+    trace, when read already."""
+    t = index if index is not None else trace_index(events, g)
     m = seed.copy()
-    has_p = parent >= 0
-    p = np.where(has_p, parent, 0)
-    for _ in range(int(events.column("depth").to_numpy().max(initial=0)) + 1):
+    has_p, p = t.has_parent, t.parent
+    for _ in range(t.levels):
         nxt = m | (has_p & m[p])
         if np.array_equal(nxt, m):
             break
         m = nxt
-    own_only = (events.column("kind").to_numpy(zero_copy_only=False) == "runtime") \
-        & ~(has_p & m[p])
-    lau = launcher(events, g)
+    own_only = t.runtime & ~(has_p & m[p])
+    lau = t.launcher
     has_l = lau >= 0
     li = np.where(has_l, lau, 0)
     m |= has_l & m[li] & ~own_only[li]
     return m
 
 
-def select(events: pa.Table, g: Graph, w: WhatIf) -> np.ndarray:
-    """Boolean mask of the events the selector names."""
+def select(events: pa.Table, g: Graph, w: WhatIf, index: TraceIndex | None = None) -> np.ndarray:
+    """Boolean mask of the events the selector names (``index``: `trace_index`, when read)."""
+
+    def enc(col: str) -> tuple[pa.Array, np.ndarray] | None:
+        return index.encoded(events, col) if index is not None else None
+
     n = events.num_rows
     m = np.ones(n, dtype=bool)
     for key, alts in w.terms:
         if key in ("kind", "name", "track"):
-            m &= _match_strings(events.column(key), alts)
+            m &= _match_strings(events.column(key), alts, enc(key))
         elif key in ("rank", "step", "stream"):
             m &= _match_ints(events.column(key).to_numpy(), alts)
         elif key == "thread":
@@ -265,13 +303,13 @@ def select(events: pa.Table, g: Graph, w: WhatIf) -> np.ndarray:
                             dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
             m &= _match_ints(tnum, alts)
         elif key == "scope":
-            ann = _match_strings(events.column("name"), alts)
+            ann = _match_strings(events.column("name"), alts, enc("name"))
             ann &= (events.column("kind").to_numpy(zero_copy_only=False) == "annotation")
             ann &= ~events.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
-            m &= nested(events, g, ann) & ~ann
+            m &= nested(events, g, ann, index) & ~ann
         elif key == "launched_by":
-            hit = _match_strings(events.column("name"), alts)
-            lau = launcher(events, g)
+            hit = _match_strings(events.column("name"), alts, enc("name"))
+            lau = index.launcher if index is not None else launcher(events, g)
             m &= (lau >= 0) & hit[np.where(lau >= 0, lau, 0)]
     return m
 
@@ -406,15 +444,23 @@ def apply_whatifs(events: pa.Table, g: Graph, comps: dict[str, np.ndarray],
             if ch.op == "add" and cont.any():
                 _add_trailing(g, own, gap, np.flatnonzero(cont), ch.value)
         if (k != 1.0).any():
-            for c in COMPONENTS:
-                comps[c] = comps[c] * np.where(leaf, k, 1.0)
-            o = own.owner
-            scal = own.host_gap & ~own.wait & (o >= 0)
-            gap[scal] *= k[o[scal]]
+            comps = scale_costs(comps, gap, k, leaf, own)
         after = float(sum(comps[c][sel & leaf].sum() for c in COMPONENTS))
         notes.append({"whatif": w.text, "change": str(ch), "events": int(sel.sum()),
                       "busy_before_us": round(before, 3), "busy_after_us": round(after, 3)})
     return Edited(dataclasses.replace(g, gap=gap), comps, notes)
+
+
+def scale_costs(comps: dict[str, np.ndarray], gap: np.ndarray, k: np.ndarray,
+                leaf: np.ndarray, own: ChainOwners) -> dict[str, np.ndarray]:
+    """Each event's costs (where the scheduler uses them: ``leaf``) and the host self time it
+    owns scaled by ``k`` (per event): new costs returned, chain gaps ``gap`` scaled in place."""
+    kl = np.where(leaf, k, 1.0)
+    out = {c: comps[c] * kl for c in COMPONENTS}
+    o = own.owner
+    scal = own.host_gap & ~own.wait & (o >= 0)
+    gap[scal] *= k[o[scal]]
+    return out
 
 
 def _spread(events: pa.Table, g: Graph, k: np.ndarray, seed: np.ndarray) -> np.ndarray:
@@ -450,4 +496,5 @@ def _add_trailing(g: Graph, own: ChainOwners, gap: np.ndarray, ids: np.ndarray,
 
 
 __all__ = ["WhatIf", "Change", "parse_whatif", "parse_whatifs", "select", "apply_whatifs",
-           "chain_owners", "leaf_mask", "launcher", "nested", "set_durations", "Edited", "SELECTOR_KEYS"]
+           "chain_owners", "leaf_mask", "launcher", "nested", "trace_index", "TraceIndex", "set_durations", "Edited", "SELECTOR_KEYS",
+           "scale_costs"]

@@ -35,11 +35,13 @@ def _transfer(ts: float, end: float, tid: int) -> dict:
               args={"Input Dims": [[1000]], "Input type": ["float"]})
 
 
-def step_events(t0: float, step: int, bucket1_end: float = 445.0, tail: float = 0.0
+def step_events(t0: float, step: int, bucket1_end: float = 445.0, tail: float = 0.0,
+                bucket2: tuple[float, float, int] = (435.0, 900.0, 3), extra: bool = False
                 ) -> list[dict]:
     """One step from ``t0``; bucket 1's transfer ends at ``bucket1_end`` (445: during the second
     hook, so a thread looking for the first gap after it finds the hook's end); the last op
-    (after backward) runs ``tail`` us longer."""
+    (after backward) runs ``tail`` us longer; ``bucket2``: bucket 2's transfer (start, end,
+    worker thread); ``extra``: one more all-reduce after backward (enqueued at +1060)."""
     t = t0
     return [
         _x(f"ProfilerStep#{step}", t, STEP_US - 100.0 + tail, 1, cat="user_annotation"),
@@ -54,23 +56,32 @@ def step_events(t0: float, step: int, bucket1_end: float = 445.0, tail: float = 
         _x("aten::copy_", t + 1033, 6.0, 1),
         _x("aten::add_", t + 1100, 290.0 + tail, 1),
         _transfer(t + 45, t + bucket1_end, 2),
-        _transfer(t + 435, t + 900, 3),
-    ]
+        _transfer(t + bucket2[0], t + bucket2[1], bucket2[2]),
+    ] + ([_enqueue(t + 1060), _transfer(t + 1075, t + 1090, 2)] if extra else [])
 
 
 def write_trace(folder: Path, *, bucket1_end: float = 445.0, steps: int = 2,
-                ranks: int = 2, tails: tuple[float, ...] = ()) -> Path:
+                ranks: int = 2, tails: tuple[float, ...] = (),
+                bucket2: tuple[float, float, int] | list[tuple[float, float, int]]
+                = (435.0, 900.0, 3), extra_in: tuple[int, ...] = (),
+                lead: dict[int, float] | None = None) -> Path:
     """One Kineto JSON per rank under ``folder``; ``tails``: per step, how much longer its last
-    op runs."""
+    op runs; ``bucket2``: bucket 2's transfer (start, end, worker thread), or one per step;
+    ``extra_in``: the steps (from 1) with one more all-reduce after backward; ``lead``: per
+    rank, the start of an op before the first step (ending at 990 us: when recording began)."""
     folder.mkdir(parents=True, exist_ok=True)
     for r in range(ranks):
         events: list[dict] = [
             {"ph": "M", "name": "thread_name", "pid": 100, "tid": tid,
              "args": {"name": f"thread {tid} ({'pt_gloo_runloop' if tid > 1 else 'python'})"}}
             for tid in (1, 2, 3)]
+        if lead and r in lead:
+            events.append(_x("aten::empty", lead[r], 990.0 - lead[r], 1))
         for s in range(steps):
             events += step_events(1000.0 + s * 2 * STEP_US, s + 1, bucket1_end,
-                                  tails[s] if s < len(tails) else 0.0)
+                                  tails[s] if s < len(tails) else 0.0,
+                                  bucket2[s] if isinstance(bucket2, list) else bucket2,
+                                  s + 1 in extra_in)
         doc = {"traceEvents": events, "distributedInfo": {
             "backend": "gloo", "rank": r, "world_size": ranks,
             "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": ranks,

@@ -344,12 +344,7 @@ def test_hw_show_vs_names_the_differences(capsys: pytest.CaptureFixture[str]) ->
 
 #: tables whose system is a bundled spec's but where the model misses the target; measured
 #: median / p90 relative error in the reason (see docs/hardware.md, "Validation")
-KNOWN_MISSES = {
-    "azure_ndh100v5_1node_allreduce_busbw": "forced NVLS, -g 8: 1-8 KB measured 25.6-27 us under "
-                                            "the fitted 8 x 4.2 us launch bound, which the 42 us "
-                                            "measured at 64 KB-1 MB pulls up; < 64 KB band "
-                                            "median 25%",
-}
+KNOWN_MISSES: dict[str, str] = {}
 NCCL_DIR = NCCL_TABLES  # ../shared/nccl, else the vendored copy in tests/data/nccl
 TABLES = sorted(NCCL_DIR.glob("*.json")) if NCCL_DIR.is_dir() else []
 
@@ -597,3 +592,52 @@ def test_fit_script_without_tables_says_so_and_exits_0(tmp_path: Path,
     assert "nothing to fit" in capsys.readouterr().out
     assert fit_collectives.main([str(tmp_path)]) == 0  # a directory without a matching table
     assert "nothing to fit" in capsys.readouterr().out
+
+
+# --- NVLS placement (comm.nvls_placement: NCCL < 2.20 "chunked", >= 2.20 "balanced") ---------
+
+
+def _nvls_us(placement: str, sizes: list[int]) -> list[float]:
+    spec = load_spec("h100", overrides=("comm.algorithm=nvls", "comm.fill_chunks=0",
+                                        f"comm.nvls_placement={placement}"))
+    return [r.time_us for r in nccl_tests_rows(spec, "all_reduce", 8, sizes)]
+
+
+def test_chunked_nvls_runs_a_small_message_on_the_channels_its_chunks_reach() -> None:
+    """NCCL < 2.20 cuts an NVLS AllReduce below 8 MB into 16 KB chunks, 8 heads x 16 KB = 128 KB
+    per channel: 128 KB runs on 1 of the 16 channels (16x the balanced transfer time), 1 MB on 8
+    (2x), 2 MB and up on all 16 (the same as balanced)."""
+    sizes = [128 << 10, 1 << 20, 2 << 20, 64 << 20]
+    bal, chk = _nvls_us("balanced", sizes), _nvls_us("chunked", sizes)
+    lat = float(load_spec("h100").value("network.nvls_us"))
+    for size, factor, b, c in zip(sizes, (16, 2, 1, 1), bal, chk, strict=True):
+        assert c - lat == pytest.approx(factor * (b - lat), rel=1e-9), size
+    # the transfer a 128 KB message makes on one channel is the one 2 MB makes on all 16
+    assert chk[0] - lat == pytest.approx(bal[2] - lat, rel=1e-9)
+
+
+def test_chunked_placement_leaves_other_algorithms_alone() -> None:
+    """Only NVLS AllReduce changes; a ring or tree run, and every spec without NVLS, do not."""
+    for algo in ("ring", "tree"):
+        rows = [nccl_tests_rows(load_spec("h100", overrides=(f"comm.algorithm={algo}",
+                                                             f"comm.nvls_placement={p}")),
+                                "all_reduce", 8, [1 << 17, 1 << 20]) for p in ("balanced", "chunked")]
+        assert [r.time_us for r in rows[0]] == [r.time_us for r in rows[1]]
+
+
+def test_nvls_placement_follows_the_tables_nccl_release() -> None:
+    """A one-node table on NCCL < 2.20 gets the chunked placement; 2.20 and later, an unstated
+    release, or a multi-node run do not."""
+    doc = {"hardware": {"gpu": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "nodes": 1},
+           "op": "all_reduce", "ranks": 8}
+    for version, chunked in (("2.18.5", True), ("2.19.3", True), ("2.20.5", False),
+                             ("2.23.4", False), ("not stated", False)):
+        t = vc.infer_table({**doc, "nccl_version": version})
+        assert t is not None and ("comm.nvls_placement=chunked" in t.sets) is chunked, version
+    two = {**doc, "nccl_version": "2.18.5", "hardware": {**doc["hardware"], "nodes": 2}}
+    t = vc.infer_table(two)
+    assert t is not None and "comm.nvls_placement=chunked" not in t.sets
+    a100 = {**doc, "nccl_version": "2.18.5", "hardware": {"gpu": "NVIDIA A100-SXM4-80GB",
+                                                          "gpus_per_node": 8, "nodes": 1}}
+    t = vc.infer_table(a100)
+    assert t is not None and "comm.nvls_placement=chunked" not in t.sets

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -11,7 +12,14 @@ from replay.attribution import check_attribution
 from replay.costs import AsMeasured, split_by_kind
 from replay.graph import EDGE_CODE, Graph, build_graph
 from replay.run import replay_events
-from replay.scheduler import BOUND_RESOURCE, SchedulePlan, _segment_cummax, schedule
+from replay.scheduler import (
+    BOUND_RESOURCE,
+    SchedulePlan,
+    _segment_cummax,
+    schedule,
+    schedule_many,
+    schedules_many,
+)
 from tests.replay_tables import dev, host, table
 
 
@@ -364,10 +372,10 @@ def test_pool_rounds_do_not_grow_with_the_trace(monkeypatch):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 150), min_size=1, max_size=12), st.data())
+@given(st.lists(st.integers(1, 150), min_size=1, max_size=40), st.data())
 def test_segment_running_maximum(lens, data):
-    # back-to-back segments, short ones scanned together and long ones one by one: each is the
-    # running maximum of its own values only
+    # back-to-back segments (a few: one by one; many: short ones scanned together, long ones
+    # one by one): each is the running maximum of its own values only, in a 2-D array too
     vals = np.array(data.draw(st.lists(st.floats(-1e6, 1e6), min_size=sum(lens),
                                        max_size=sum(lens))))
     lens_a = np.array(lens)
@@ -376,6 +384,11 @@ def test_segment_running_maximum(lens, data):
     _segment_cummax(m, starts, lens_a)
     want = np.concatenate([np.maximum.accumulate(vals[a:a + n]) for a, n in zip(starts, lens)])
     assert np.array_equal(m, want)
+    m2 = np.stack([vals, -vals], axis=1)
+    _segment_cummax(m2, starts, lens_a)
+    assert np.array_equal(m2[:, 0], want)
+    assert np.array_equal(m2[:, 1], np.concatenate([np.maximum.accumulate(-vals[a:a + n])
+                                                    for a, n in zip(starts, lens)]))
 
 
 @settings(max_examples=40, deadline=None)
@@ -397,6 +410,41 @@ def test_recorded_rounds_replay_other_costs_bit_for_bit(rows, data):
     fresh, replayed = schedule(g, dur2, resource, cap), schedule(g, dur2, resource, cap, plan=plan)
     for f in ("T", "ready", "bound", "bound_src", "queue", "coll_wait", "peer_ready"):
         assert np.array_equal(getattr(fresh, f), getattr(replayed, f)), f
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces(), st.data(), st.booleans())
+def test_many_scenarios_in_one_pass_schedule_as_each_alone(rows, data, pools):
+    # columns of durations and chain gaps scheduled together are, bit for bit, what each one
+    # gives by itself (resource pools, settled per column, included)
+    g, _ = graph_and_durations(rows, data)
+    t = table(rows)
+    rank = t.column("rank").to_numpy()
+    resource = cap = None
+    if pools:
+        resource = np.where(t.column("is_device").to_numpy(zero_copy_only=False), rank, -1)
+        resource = resource.astype(np.int32)
+        cap = np.ones(int(rank.max()) + 1, dtype=np.int32)
+    durs = np.stack([graph_and_durations(rows, data)[1] for _ in range(4)], axis=1)
+    gaps = np.stack([g.gap * np.array(data.draw(st.lists(st.floats(0.0, 3.0), min_size=len(
+        g.gap), max_size=len(g.gap)))) for _ in range(4)], axis=1)
+    lags = ready = None
+    if data.draw(st.booleans()):  # edge and ready lags per scenario too
+        lags = np.stack([g.lag * np.array(data.draw(st.lists(st.floats(0.0, 3.0), min_size=len(
+            g.lag), max_size=len(g.lag)))) for _ in range(4)], axis=1)
+        ready = np.stack([g.ready_lag * data.draw(st.floats(0.0, 3.0)) for _ in range(4)], axis=1)
+    plan = SchedulePlan()
+    schedule(g, durs[:, 0], resource, cap, plan=plan)  # records the rounds
+    T = schedule_many(g, durs, gaps, resource, cap, plan=plan, lag=lags, ready_lag=ready)
+    full = schedules_many(g, durs, gaps, resource, cap, plan=plan, lag=lags, ready_lag=ready)
+    for j in range(durs.shape[1]):
+        gj = dataclasses.replace(g, gap=gaps[:, j].copy())
+        if lags is not None and ready is not None:
+            gj = dataclasses.replace(gj, lag=lags[:, j].copy(), ready_lag=ready[:, j].copy())
+        alone = schedule(gj, durs[:, j].copy(), resource, cap)
+        assert np.array_equal(T[:, j], alone.T), j
+        for f in ("T", "ready", "bound", "bound_src", "queue", "coll_wait", "peer_ready"):
+            assert np.array_equal(getattr(full[j], f), getattr(alone, f)), (j, f)
 
 
 def test_a_plan_is_recorded_again_for_another_graph():

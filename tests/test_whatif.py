@@ -349,3 +349,71 @@ def test_profile_says_when_host_ops_bring_their_kernels() -> None:
     rows = {r["group"]: r["selects"] for r in causal_profile(_prepared(str(GPU)), top=40).to_pylist()}
     assert rows["kind=host_op"] == "every host_op event and the device work they launch"
     assert rows["kind=gemm"] == "every gemm event"
+
+
+# ---- many predictions in one pass ----------------------------------------------------------------
+
+def _one_at_a_time(p, t: pa.Table) -> tuple[list[float], list[float]]:
+    """The profile's predictions made one what-if at a time (`Prepared.predict`)."""
+    fast, zero = [], []
+    for sel in t.column("group").to_pylist():
+        terms = parse_whatif(f"{sel}:x1").terms
+        fast.append(p.predict([WhatIf(sel, terms, Change("scale", 0.5))]))
+        zero.append(p.predict([WhatIf(sel, terms, Change("scale", 0.0))]))
+    return fast, zero
+
+
+def _synth4(tmp_path_factory) -> pa.Table:
+    from mtia_trace.synth import SynthOptions, synthesize
+
+    d = tmp_path_factory.mktemp("synth4") / "t"
+    synthesize(SynthOptions(preset="dlrm-dcnv2", ranks=4, steps=2, seed=5), d)
+    return load(d).events
+
+
+@pytest.mark.parametrize("trace", ["cpu", "gpu", "synth4", "synth4-pools", "synth4-mtia300"])
+def test_profile_in_one_pass_equals_one_prediction_at_a_time(trace, tmp_path_factory) -> None:
+    """The profile schedules all its predictions together (a column each); every one is, bit
+    for bit, the prediction made by itself: CPU ranks over gloo, GPU ranks with collectives, a
+    target whose collectives hold resource pools (queueing itself is checked where it happens
+    often, in test_scheduler's many-scenario test), and that target whole (its compute
+    stretched where it overlaps communication, scheduled again)."""
+    if trace in ("cpu", "gpu"):
+        p = prepare(_events(str(CPU if trace == "cpu" else GPU)))
+    else:
+        from mtia_trace.replay_job import ReplayOptions, cost_model
+
+        model = None
+        if trace != "synth4":
+            model, _, _ = cost_model("mtia300", ReplayOptions(hws=["mtia300"]))
+        p = prepare(_synth4(tmp_path_factory), model)  # type: ignore[arg-type]
+        if trace == "synth4-mtia300":
+            assert p.costs.interference is not None
+        if trace == "synth4-pools":
+            assert (np.asarray(p.costs.resource) >= 0).any()
+            # no stretch of overlapped compute: the predictions take the one-pass path
+            p.slow, p.costs.interference = 0.0, None
+    t = causal_profile(p, top=8)
+    assert t.num_rows >= 4
+    fast, zero = _one_at_a_time(p, t)
+    assert t.column("step_2x_us").to_pylist() == fast
+    assert t.column("step_zero_us").to_pylist() == zero
+
+
+def test_diff_predictions_in_one_pass_equal_one_at_a_time() -> None:
+    """The diff's transplants (costs, self times, waits' returns, launch lags) scheduled
+    together are each what one schedule by itself predicts."""
+    from replay.diff import apply_transplant, transplant
+
+    base = _events(str(CPU))
+    new = as_trace(replay_events(base, whatifs=[parse_whatif("kind=collective:x0.5"),
+                                                parse_whatif("rank=1,kind=gemm:x4")]).events)
+    pb, pn = prepare(base), prepare(new)
+    tp = transplant(pb, pn, match_events(base, new))
+    pb.step_mean()  # records the rounds
+    rng = np.random.default_rng(1)
+    masks = [rng.random(pb.graph.n) < q for q in (0.1, 0.5, 0.9, 1.0)]
+    edits = [apply_transplant(pb, tp, m) for m in masks]
+    want = [pb.step_mean(g, c) for g, c in edits]  # type: ignore[arg-type]
+    assert pb.step_means(iter(edits), len(edits)) == want  # type: ignore[arg-type]
+    assert len(set(want)) > 1

@@ -148,6 +148,11 @@ def _track_label(track: str) -> str:
     return track
 
 
+#: The events columns the timelines draw from (filtering only these is cheaper than the table).
+_TIMELINE_COLUMNS = ("rank", "step", "ph", "kind", "track", "is_device", "depth", "start_us",
+                     "end_us", "name", "critical")
+
+
 def _timeline_events(run: RunData) -> tuple[int, pa.Table, list[int], str] | None:
     """The median step's timed work events (no annotations or instants) of the ranks a timeline
     shows (`timeline_ranks`, sized so all their tracks fit): (step, events, ranks, selection)."""
@@ -155,6 +160,7 @@ def _timeline_events(run: RunData) -> tuple[int, pa.Table, list[int], str] | Non
     ev = run.events
     if step is None or ev.num_rows == 0:
         return None
+    ev = ev.select([c for c in ev.column_names if c in _TIMELINE_COLUMNS])
     kind = _np(ev, "kind").astype(str)
     keep = (_np(ev, "step") == step) & ~np.isin(kind, ["annotation", "instant"]) \
         & (_np(ev, "ph").astype(str) == "X")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,14 +106,33 @@ class Finding:
     hint: str           # what to look at next
 
 
+#: The events columns the findings read from critical events (filtering only these is several
+#: times cheaper than filtering the whole table with its text columns).
+_CRITICAL_COLUMNS = ("name", "kind", "is_device", "coll_op", "pg", "critical_us",
+                     *(f"{c}_us" for c in ATTRIBUTION))
+
+
+#: `_critical` of each live events table (the findings read it several times per report),
+#: dropped with the table.
+_critical_of: dict[int, pa.Table] = {}
+
+
 def _critical(run: RunData) -> pa.Table:
-    """Critical events that are work (not annotations or instants)."""
+    """Critical events that are work (not annotations or instants): the columns the findings
+    read (`_CRITICAL_COLUMNS`)."""
     ev = run.events
-    if ev.num_rows == 0 or "critical" not in ev.column_names:
-        return ev.slice(0, 0)
-    mask = pc.and_(pc.fill_null(ev.column("critical"), False),
-                   pc.invert(pc.is_in(ev.column("kind"), pa.array(["annotation", "instant"]))))
-    return ev.filter(mask)
+    if id(ev) in _critical_of:
+        return _critical_of[id(ev)]
+    sel = ev.select([c for c in ev.column_names if c in _CRITICAL_COLUMNS or c == "critical"])
+    if sel.num_rows == 0 or "critical" not in sel.column_names:
+        out = sel.slice(0, 0)
+    else:
+        mask = pc.and_(pc.fill_null(sel.column("critical"), False),
+                       pc.invert(pc.is_in(sel.column("kind"), pa.array(["annotation", "instant"]))))
+        out = sel.filter(mask).drop_columns(["critical"])
+    _critical_of[id(ev)] = out
+    weakref.finalize(ev, _critical_of.pop, id(ev), None)
+    return out
 
 
 def _top_group(table: pa.Table, keys: list[str], value: np.ndarray) -> tuple[tuple, float]:
@@ -320,8 +340,8 @@ def _measured_busy(run: RunData) -> float | None:
     ev = run.events
     if ev.num_rows == 0:
         return None
-    kind = _np(ev, "kind").astype(str)
-    dev = _np(ev, "is_device").astype(bool) & np.isin(kind, DEVICE_KINDS)
+    in_kinds = pc.fill_null(pc.is_in(ev.column("kind"), pa.array(list(DEVICE_KINDS))), False)
+    dev = _np(ev, "is_device").astype(bool) & in_kinds.to_numpy(zero_copy_only=False)
     if not dev.any():
         return None
     rank, step = _np(ev, "rank"), _np(ev, "step")

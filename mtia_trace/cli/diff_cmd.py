@@ -60,6 +60,11 @@ def render_diff(r: DiffResult, base: Path, new: Path, *, md: bool = False) -> st
                             for n, c in um.most_common(MAX_UNMATCHED))
             more = f" (+{len(um) - MAX_UNMATCHED} more names)" if len(um) > MAX_UNMATCHED else ""
             lines.append(f"unmatched in {side}: {sum(um.values())} events: {top}{more}")
+    k = int(r.notes.get("new_only_collective_events", 0))  # type: ignore[call-overload]
+    if k:
+        lines.append(f"NEW issues {k} collective events BASE does not (such as another DDP "
+                     "bucket): BASE's graph has no place for them, so the prediction leaves "
+                     "them out")
     lines.append("")
     change = r.predicted_step_us - r.base_replayed_us
     lines.append(f"predicted change {change:+,.1f} us by {r.group_by} ({r.scheme} attribution: "

@@ -88,7 +88,9 @@ def replay(
     scheduler: str = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT",
                                   help="Replay on an existing Dask cluster (mtia-trace[distributed])."),
     workers: int = typer.Option(None, "--workers", min=1,
-                                help="Replay on a local Dask cluster of N worker processes."),
+                                help="Replay on a local Dask cluster of N worker processes: for "
+                                "a trace whose replay does not fit one process's memory (on one "
+                                "machine it is slower than the default single process)."),
     fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
     """Replay a trace on target hardware and store the run (Parquet + run.json).

@@ -8,9 +8,6 @@ from pathlib import Path
 
 import orjson
 import typer
-from rich.console import Console
-from rich.markdown import Markdown as RichMarkdown
-from rich.text import Text
 
 from analyzers.report.build import build_report, report_dict
 from analyzers.report.render_html import render_html
@@ -88,6 +85,10 @@ def report(
 
 def show_markdown(text: str) -> None:
     """A Markdown report rendered for the terminal (rich), with how to get the Markdown itself."""
+    from rich.console import Console
+    from rich.markdown import Markdown as RichMarkdown  # markdown-it: only a terminal pays it
+    from rich.text import Text
+
     stream = getattr(sys.stdout, "raw_terminal", sys.stdout)
     console = Console(file=stream, highlight=False, width=min(terminal_width() or 100, 120))
     console.print(RichMarkdown(text, hyperlinks=False))

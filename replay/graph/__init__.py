@@ -78,7 +78,7 @@ from replay.graph.chains import (
     ready_lags,
     stream_chains,
 )
-from replay.graph.collectives import match_collectives
+from replay.graph.collectives import match_collectives, worker_pools
 from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
 from replay.graph.sync import (
@@ -134,6 +134,12 @@ class Graph:
     #   it waited on ended (what it is costed at), nan otherwise (`replay.graph.backpressure`,
     #   `replay.graph.threads`)
     pinned_us: np.ndarray | None = None
+    pool: np.ndarray | None = None
+    #   per event: the pool of a CPU backend's worker threads its transfer holds a unit of while
+    #   it runs (-1 none; `replay.graph.collectives.worker_pools`); used where the cost model
+    #   gives the event no pool of its own
+    pool_capacity: np.ndarray | None = None
+    #   per pool: how many worker threads it has
     #   per point: how far its base was moved to its measured start (a stream's first event with
     #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
     #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
@@ -157,6 +163,10 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     q_src, q_dst, q_lag, wait_lag, n_q = queue_edges(ev, lc, st, sync_lag)
     coll, n_coll = match_collectives(ev)
     notes |= n_ds | n_hs | n_q | n_coll
+    names = (events.column("track").take(pa.array(ev.runs[:-1])).to_pylist() if ev.n else [])
+    pool, pool_cap, n_pool = worker_pools(ev, coll, names)
+    if len(pool_cap):
+        notes |= n_pool
     # events scheduled like stream work: device events and those on worker threads
     on_worker = coll.worker_tr[ev.tr_of] if ev.n else np.zeros(0, dtype=bool)
     streamlike = ev.is_dev | on_worker
@@ -167,7 +177,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     notes |= n_ready
     cross = cross_edges(lc, (ds_src, ds_dst), (hs_src, hs_dst), coll, ready_lag, sync_lag,
                         (q_src, q_dst, q_lag))
-    ch = point_chains(ev, tr_chain, chain_ids)
+    pooled = np.zeros(len(ev.runs) - 1, dtype=bool)
+    pooled[np.unique(ev.tr_of[pool >= 0])] = True
+    ch = point_chains(ev, tr_chain, chain_ids, pooled)
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
     # an op's own duration (below: unless a wait no thread explains); a passive leaf (an
@@ -190,7 +202,6 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         if n_cons:
             notes["collective_waits_at_consumers"] = n_cons
         unexplained_gap[wk[seen]] = False  # a collective wait's return latency
-    names = (events.column("track").take(pa.array(ev.runs[:-1])).to_pylist() if ev.n else [])
     tsrc, tk, tlag, tunx, (sf, sto), n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
                                                          ch.track_is_device, ch.gap, ch.tpos)
     notes |= n_thr
@@ -226,7 +237,8 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  gap=ch.gap, leaf_end=ch.leaf_end, base=base, src_pt=cross.src_pt,
                  dst_pt=cross.dst_pt, lag=cross.lag, etype=cross.etype, ready_lag=ready_lag,
                  sync_lag=sync_lag, coll_group=coll.group, transfer_us=coll.transfer_us, t0=ev.t0,
-                 edges=edges_table(ev, cross, prev, ready_lag), notes=notes,
+                 edges=edges_table(ev, cross, np.where(pool >= 0, -1, prev), ready_lag),
+                 notes=notes, pool=pool, pool_capacity=pool_cap,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
                  unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned)
 

@@ -151,21 +151,29 @@ class Chains:
     ptime: np.ndarray          # per point id: measured time (us after t0)
 
 
-def point_chains(ev: EventArrays, tr_chain: np.ndarray, chain_ids: dict[int, np.ndarray]) -> Chains:
+def point_chains(ev: EventArrays, tr_chain: np.ndarray, chain_ids: dict[int, np.ndarray],
+                 split: np.ndarray | None = None) -> Chains:
     """Each track's chain of points: stream-like tracks start_i, end_i, start_{i+1}, ...;
     host threads all points by measured time (ends before starts at a tie, deeper ends first,
     shallower starts first; a zero-length event's end right after its start); each device
-    annotation a passive track of its own. ``gap``: the measured time since the previous position
-    (0 at a track's start); ``leaf_end``: an end point right after its own start."""
+    annotation a passive track of its own. A stream-like track in ``split`` (per track: a
+    worker thread of a pool, `replay.graph.collectives.worker_pools`) is left empty and each of
+    its events is a stream-like track of its own (the pool, not the thread, orders them).
+    ``gap``: the measured time since the previous position (0 at a track's start);
+    ``leaf_end``: an end point right after its own start."""
     n, ts_k, end_k, depth = ev.n, ev.ts_k, ev.end_k, ev.depth
     order_parts: list[np.ndarray] = []
     ptr = [0]
     chain_dev: list[bool] = []
+    alone: list[np.ndarray] = []
     for t in range(len(ev.runs) - 1):  # loop over tracks (few)
         a, b = int(ev.runs[t]), int(ev.runs[t + 1])
         ids = np.arange(a, b)
         chain_dev.append(bool(tr_chain[t]))
-        if tr_chain[t]:
+        if split is not None and split[t]:
+            alone.append(chain_ids[t])
+            pts = np.zeros(0, dtype=np.int64)
+        elif tr_chain[t]:
             ids = chain_ids[t]
             pts = np.empty(2 * len(ids), dtype=np.int64)
             pts[0::2] = 2 * ids
@@ -181,6 +189,10 @@ def point_chains(ev: EventArrays, tr_chain: np.ndarray, chain_ids: dict[int, np.
             pts = np.concatenate([2 * ids, 2 * ids + 1])[oo]
         order_parts.append(pts)
         ptr.append(ptr[-1] + len(pts))
+    for e in (np.concatenate(alone) if alone else np.zeros(0, dtype=np.int64)).tolist():
+        order_parts.append(np.array([2 * e, 2 * e + 1], dtype=np.int64))
+        ptr.append(ptr[-1] + 2)
+        chain_dev.append(True)
     marks = np.flatnonzero(ev.dev_marker)
     order_parts.append(np.stack([2 * marks, 2 * marks + 1], axis=1).reshape(-1))
     track_ptr = np.concatenate([np.asarray(ptr, dtype=np.int64),

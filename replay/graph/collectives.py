@@ -97,3 +97,36 @@ def _refuse_cycles(ev: EventArrays, ids: np.ndarray, gid: np.ndarray, df: object
     raise TraceFormatError(cycle_message(
         found, lambda k: f"seq {first.loc[k, 'seq']} of process group {first.loc[k, 'pg']!r}")
         + "; fix or re-export the rank's trace")
+
+
+def worker_pools(ev: EventArrays, coll: Collectives, track_names: list[str]
+                 ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+    """(pool per event, -1 none; capacity per pool; notes): a CPU backend's worker threads as
+    one pool per process and process group.
+
+    gloo runs each process group's collectives on a fixed set of worker threads (2 by default,
+    ``ProcessGroupGloo::Options::threads``) that take enqueued work from one FIFO queue
+    (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, ``runLoop``): a transfer waits for
+    *any* free worker, not for the one the trace shows it on. The worker threads of one process
+    (``host:<pid>:<tid>`` tracks holding only transfers) serving the same process groups form a
+    pool whose capacity is how many of them the trace shows; each transfer holds one unit
+    while it runs. Limit: a worker picks work up when it is enqueued and holds it while waiting
+    for the peers; the pool holds a unit only from the collective's start (all ranks
+    arrived)."""
+    pool = np.full(ev.n, -1, dtype=np.int64)
+    keys: dict[tuple[int, str, tuple[str, ...]], list[int]] = {}
+    for t in np.flatnonzero(coll.worker_tr).tolist():
+        parts = track_names[t].split(":")
+        if len(parts) != 3 or parts[0] != "host":
+            continue
+        ids = np.arange(ev.runs[t], ev.runs[t + 1])
+        pgs = tuple(sorted({str(p) for p in ev.pg[ids][ev.pg_valid[ids]].tolist()}))
+        keys.setdefault((int(ev.rank[ids[0]]), parts[1], pgs), []).append(t)
+    cap = np.zeros(len(keys), dtype=np.int64)
+    for p, threads in enumerate(keys.values()):
+        cap[p] = len(threads)
+        for t in threads:
+            pool[ev.runs[t]:ev.runs[t + 1]] = p
+    notes: dict[str, object] = {"worker_pools": len(keys),
+                                "worker_threads": int(cap.sum())}
+    return pool, cap, notes

@@ -65,6 +65,7 @@ def collective_waits(ev: EventArrays, coll: Collectives, ch: Chains, consumer: n
         after_enq = np.searchsorted(ks, pos_of[2 * enq_src[sel] + 1], side="right")
         j = np.maximum(np.searchsorted(ch.pkey[ch.order[ks]], done, side="left"), after_enq)
         ok = j < len(ks)
+        atc = np.zeros(len(sel), dtype=bool)  # waited on at a consumer
         # asynchronous: the thread ran an op after the enqueue and before the transfer ended,
         # or the transfer ended before its enqueue returned
         busy = ok & ((j > after_enq) | (done < ev.end_k[enq_src[sel]]))
@@ -86,15 +87,28 @@ def collective_waits(ev: EventArrays, coll: Collectives, ch: Chains, consumer: n
             # the wait precedes the consumer's lead-in, unless the transfer ended inside it
             first = np.maximum(np.searchsorted(ks, lead[c[has]], side="left"), j[bi])
             j[bi] = np.minimum(first, np.searchsorted(ks, cons[c[has]], side="left"))
-            n_cons += len(bi)
+            atc[bi] = True
+        if len(cons):
+            kk = _in_order(ev, ch, cons, _lead_in(ev, ch, cons, lead_in, a), parent, step_mark,
+                           enq_src[sel])
+            by = kk >= 0
+            j[by] = np.searchsorted(ks, kk[by], side="left")
+            ok |= by
+            atc |= by
+        n_cons += int((atc & ok).sum())
         w_src.append(enq_dst[sel[ok]])
         w_k.append(ks[j[ok]])
     wsrc = np.concatenate(w_src) if w_src else np.zeros(0, dtype=np.int64)
     wk = np.concatenate(w_k) if w_k else np.zeros(0, dtype=np.int64)
     # a wait is seen where the transfer ended inside the gap before the point: the thread sat
     # there until it returned; otherwise it was busy and the wait returned at once (lag 0)
-    seen = ch.tpos[wk] - ch.gap[wk] <= ev.end[wsrc]
-    lag = np.where(seen, np.clip(ch.tpos[wk] - ev.end[wsrc], 0.0, None), 0.0)
+    # a transfer whose range closed after the point that waited on it (its completion was
+    # signalled first, the worker thread descheduled before closing the range): the edge keeps
+    # that (negative) lag and the gap stays the thread's own
+    late = ev.end[wsrc] > ch.tpos[wk]
+    seen = (ch.tpos[wk] - ch.gap[wk] <= ev.end[wsrc]) & ~late
+    lag = np.where(seen, np.clip(ch.tpos[wk] - ev.end[wsrc], 0.0, None),
+                   np.where(late, ch.tpos[wk] - ev.end[wsrc], 0.0))
     return wsrc, wk, lag, seen, n_cons
 
 
@@ -112,4 +126,32 @@ def _lead_in(ev: EventArrays, ch: Chains, cons: np.ndarray, lead_in: np.ndarray,
                 break
             k -= 2
         out[i] = k
+    return out
+
+
+def _in_order(ev: EventArrays, ch: Chains, cons: np.ndarray, lead: np.ndarray,
+              parent: np.ndarray, step_mark: np.ndarray, enq: np.ndarray) -> np.ndarray:
+    """Per enqueue: the position where it is waited on when DDP's finalize takes the buckets in
+    order, -1 where that does not apply. The reducer's finalize waits on bucket k, then copies
+    it out (a run of `WAIT_LEAD_IN` views and `WAIT_CONSUMERS` copies per bucket), bucket by
+    bucket in the order the buckets were enqueued (reducer.cpp, ``finalize_backward``): where
+    a region (the consumers' enclosing event, not a ``ProfilerStep#``) holds as many such runs
+    as enqueues, the k-th enqueue in it is waited on at the start of the k-th run, whenever its
+    transfer's range closed."""
+    out = np.full(len(enq), -1, dtype=np.int64)
+    cev = ch.order[cons] // 2
+    reg = parent[cev]
+    # a run starts at a consumer with views before it (its lead-in), or at a region's first
+    first = np.ones(len(cons), dtype=bool)
+    first[1:] = reg[1:] != reg[:-1]
+    starts = first | (lead != cons)
+    for r in np.unique(reg[(reg >= 0)]).tolist():  # regions: one per step
+        if step_mark[r]:
+            continue
+        runs = lead[(reg == r) & starts]
+        inside = np.flatnonzero((ev.ts_k[r] <= ev.ts_k[enq]) & (ev.end_k[enq] <= ev.end_k[r]))
+        if len(runs) != len(inside) or not len(inside):
+            continue
+        inside = inside[np.argsort(ev.ts_k[enq[inside]], kind="stable")]
+        out[inside] = runs
     return out

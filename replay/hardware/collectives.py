@@ -41,7 +41,11 @@ Algorithms:
   NCCL's SM90 search step at or below ``B_intra / channels`` (search.cc), times the NVLS
   efficiency and (channels-1)/channels, x2 for AllReduce (two pipelined operations) or x(L-1)/L;
   NVLS-tree is further capped by the per-channel NIC step (x2 on two nodes) and the NVLS-tree
-  per-channel cap. Latency: the NVLS step (+ 2 log2 N inter steps for the tree).
+  per-channel cap. Latency: the NVLS step (+ 2 log2 N inter steps for the tree). With
+  ``comm.nvls_placement = "chunked"`` (NCCL < 2.20) an NVLS AllReduce below 8 MB is cut into
+  16 KB chunks per head, nHeads (L) chunks per channel, so it runs on
+  ``ceil(bytes / (L x 16 KB))`` of NCCL's 16 NVLS channels, at that share of the bandwidth;
+  NCCL 2.20 spreads the message over all channels (``balanced``).
 - NVLS across nodes needs CollNet in NCCL and is not modelled (NVLS-tree is).
 - ``collnet`` (AllReduce, where ``comm.collnet`` is set: in-network reduction such as IB SHARP):
   CollNet chain, ``algbw = 0.5 x B_ring``, latency ``2(L-1) intra + inter``.
@@ -102,6 +106,10 @@ _LL128_FRACTION = 0.92        # LL128: 120 of 128 bytes carry data
 _TREE_FRACTION = 0.92         # tree AllReduce busbw refinement
 _TREE_LL_DIVISOR = 3.8        # tree LL
 _NVLS_MAX_ARITY = 32          # NCCL_MAX_NVLS_ARITY (device.h)
+#: NCCL < 2.20 NVLS placement (``comm.nvls_placement = "chunked"``): NCCL_NVLS_NCHANNELS
+#: default (src/transport/nvls.cc) and the chunk enqueue.cc takes below 8 MB (16 KB per head)
+_NVLS_CHANNELS = 16
+_NVLS_SMALL_CHUNK = 16 << 10
 _PLATEAU_MIN_BYTES = 64       # ring Simple plateau: bytes per channel per rank
 #: bytes a CollNet channel takes before NCCL runs another: NCCL_MAX_NTHREADS 640 (device.h) x
 #: 512 B per thread (tuning.cc threadThresholds); the other algorithms' are spec values
@@ -202,6 +210,7 @@ class Tuning:
     nvls_us: float
     nvls_tree_inter_us: float
     nvls_tree_channel: tuple[float, float]  # 2 nodes, >2 nodes
+    nvls_chunked: bool        # NCCL < 2.20 NVLS placement (comm.nvls_placement = "chunked")
     collnet: bool
     collnet_intra_us: float
     collnet_inter_us: float
@@ -257,6 +266,7 @@ class Tuning:
             nvls_tree_inter_us=opt("network.nvls_tree_inter_us"),
             nvls_tree_channel=(opt("comm.nvls_tree_channel_2node_GBps") * 1e3,
                                opt("comm.nvls_tree_channel_GBps") * 1e3),
+            nvls_chunked=spec.get("comm.nvls_placement", "balanced") == "chunked",
             collnet=bool(spec.get("comm.collnet", False)),
             collnet_intra_us=opt("network.collnet_intra_us"),
             collnet_inter_us=opt("network.collnet_inter_us"),
@@ -467,6 +477,10 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             intra = per_ch * t.nvls_efficiency * (ch - 1) / ch * np.where(ar, 2.0, fi) / slow_node
             bus1 = ch * intra
             algbw = bus1 * p / np.maximum(nsteps, 1)
+            if t.nvls_chunked:  # NCCL < 2.20: only the channels the 16 KB chunks reach work
+                busy = np.clip(np.ceil(size / (np.maximum(L, 1) * _NVLS_SMALL_CHUNK)), 1,
+                               _NVLS_CHANNELS)
+                algbw = np.where(ar, algbw * busy / _NVLS_CHANNELS, algbw)
             ok = (ar | rsag) & ~multi & (L > 1)
             cands.append(("nvls", "simple", ok, np.full(k, t.nvls_us), size / algbw, zero))
             nic_ch = _step_down(np.minimum(L, t.channels) * bo / ch, _SPEEDS_INTER)
@@ -606,7 +620,8 @@ _MODEL_KEYS = ("network.ranks_per_node", "network.intra_node_GBps", "network.int
                "comm.channel_ll128_bytes", "comm.channel_simple_bytes", "comm.path", "comm.reduction_GBps",
                "comm.fill_chunks", "comm.fill_chunk_bytes", "comm.group_launch_us",
                "comm.message_engines", "comm.engines_per_collective",
-               "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.collnet",
+               "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.nvls_placement",
+               "comm.collnet",
                "comm.link_sharing")
 
 

@@ -104,7 +104,7 @@ PATH_KEYS: dict[str, tuple[str, ...]] = {
 #: CollNet latencies a spec needs before ``comm.collnet = true`` can be set.
 NVLS_KEYS: tuple[str, ...] = ("comm.nvls_efficiency", "network.nvls_us",
                               "network.nvls_tree_inter_us", "comm.nvls_tree_channel_2node_GBps",
-                              "comm.nvls_tree_channel_GBps")
+                              "comm.nvls_tree_channel_GBps", "comm.nvls_placement")
 COLLNET_KEYS: tuple[str, ...] = ("comm.collnet", "network.collnet_intra_us",
                                  "network.collnet_inter_us")
 
@@ -113,6 +113,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "comm.path": ("offloaded", "on_compute"),
     "comm.algorithm": ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical"),
     "comm.protocol": ("auto", "ll", "ll128", "simple"),
+    "comm.nvls_placement": ("balanced", "chunked"),
     "loss.recovery": ("go_back_n", "selective_repeat"),
     "loss.rto_model": ("fixed", "adaptive"),
     "comm.link_sharing": ("fifo", "split"),
