@@ -79,3 +79,26 @@ def test_no_room_left_is_one_line(room_mb: int) -> None:
     assert r.returncode == 2, (r.returncode, r.stderr[-600:])
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("mtia-trace: error: out of memory"), \
         r.stderr[-600:]
+
+
+def test_a_worker_thread_that_cannot_start_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # under a limit Arrow's thread pool cannot map a new thread's stack: it raises its own
+    # error type (seen converting 1M events to pandas under 1 GiB), which was a traceback
+    import pyarrow as pa
+
+    from mtia_trace.cli import inspect_cmd, main
+
+    def failing(*_a: object, **_k: object) -> None:
+        raise pa.lib.ArrowException(
+            "Unknown error: Failed to launch worker thread: Resource temporarily unavailable")
+
+    monkeypatch.setattr(inspect_cmd, "load", failing)
+    assert main(["inspect", "x.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mtia-trace: error: out of memory"), err
+    # any other error of Arrow's stays what it is
+    monkeypatch.setattr(inspect_cmd, "load", lambda *_a: (_ for _ in ()).throw(
+        pa.lib.ArrowException("something else")))
+    with pytest.raises(pa.lib.ArrowException):
+        main(["inspect", "x.json"])

@@ -287,6 +287,11 @@ def _run(argv: list[str] | None) -> int:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         typer.echo(f"mtia-trace: error: {where}{DISK_FULL}", err=True)
         return 2
+    except Exception as exc:
+        if not _no_room_for_thread(exc):  # Arrow's own error type, not imported here
+            raise
+        typer.echo(f"mtia-trace: error: {OUT_OF_MEMORY}", err=True)
+        return 2
     return 0
 
 
@@ -297,6 +302,14 @@ def _no_room_to_load(exc: ImportError) -> bool:
     text = str(exc)
     return "failed to map segment from shared object" in text or \
         "cannot allocate memory" in text.lower()
+
+
+def _no_room_for_thread(exc: BaseException) -> bool:
+    """Whether Arrow could not start a worker thread (its stack no longer fits the address
+    space under ``ulimit -v``: "Failed to launch worker thread: Resource temporarily
+    unavailable")."""
+    return type(exc).__module__.startswith("pyarrow") and \
+        "Failed to launch worker thread" in str(exc)
 
 
 #: The one line a `MemoryError` anywhere prints (or a library that no longer fits).

@@ -153,12 +153,14 @@ def load(paths: str | Path | Iterable[str | Path],
             if gc_was_on:
                 gc.enable()
         warnings += more + skipped
-        cross = consistency.facts(events, [r.info for r in raws])
-        if cross_rank:
+        # a single rank's own load needs no facts across ranks
+        cross = consistency.facts(events, [r.info for r in raws]) \
+            if len(raws) > 1 or not cross_rank else None
+        if cross is not None and cross_rank:
             warnings += _clock_skew(cross.steps, len(pc.unique(events.column("rank"))))
         warnings += anomalies.check(events)
         warnings += oddities.check(events)
-        if cross_rank:
+        if cross is not None and cross_rank:
             warnings += consistency.check_facts(cross)
     heap.release()  # the columns the table consumed, the checks' intermediates
     kinds = events.column("kind").value_counts()
