@@ -7,7 +7,9 @@ Columns: ``busy`` devices busy (any stream running) over the step wall time, as 
 included; the replay's ``launch_queue`` notes, ``-`` when the replay does not report it);
 ``x0.1 dev`` the mean step of ``replay --hw SPEC --whatif 'track=dev:*:x0.1'`` over that of
 ``replay --hw SPEC`` (SPEC: the bundled spec closest to the hardware that recorded the trace;
-as measured for CPU traces, which have no device); ``validate`` / ``strict`` the worst step
+as measured for CPU traces, which have no device); ``verdict`` / ``verdict on spec`` the
+report's headline verdict (`analyzers.report.headline.verdict`) on the as-measured replay and on
+the replay on SPEC; ``validate`` / ``strict`` the worst step
 error of ``mtia-trace validate`` (as measured / strict). Every figure comes from the CLI, so the
 script measures whatever code ``PYTHONPATH`` selects (run it on two checkouts to compare).
 
@@ -79,7 +81,7 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     code, text = _cli("replay", str(path), "-o", str(run), "--force", "--format", "json")
     if code != 0:
         return out | {"busy": "-", "queue max": "-", "x0.1 dev": f"error: {text[:60]}",
-                      "validate": "-", "strict": "-"}
+                      "verdict": "-", "verdict on spec": "-", "validate": "-", "strict": "-"}
     run = Path(json.loads(text)["runs"][0]["path"])
     code, text = _cli("analyze", str(run), "device_time", "--format", "json")
     busy = "-"
@@ -94,7 +96,10 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     out["busy"] = busy
     out["queue max"] = str(q["outstanding_max"]) if isinstance(q, dict) else "-"
     hw = ["--hw", spec] if spec else []
+    out["verdict"] = _verdict(run)
     c1, t1 = _cli("replay", str(path), *hw, "-o", str(tmp / "a"), "--force", "--format", "json")
+    out["verdict on spec"] = (_verdict(Path(json.loads(t1)["runs"][0]["path"]))
+                              if c1 == 0 and spec else "-")
     c2, t2 = _cli("replay", str(path), *hw, "-o", str(tmp / "b"), "--force", "--format", "json",
                   "--whatif", "track=dev:*:x0.1")
     if c1 == 0 and c2 == 0:
@@ -111,6 +116,14 @@ def row(real: Path, rel: str, spec: str | None, tmp: Path) -> dict[str, str]:
     else:
         out["validate"] = out["strict"] = f"error: {text[:60]}"
     return out
+
+
+def _verdict(run: Path) -> str:
+    code, text = _cli("report", str(run), "--format", "json")
+    if code != 0 or not text.lstrip().startswith("{"):
+        return "-"
+    v = json.loads(text).get("verdict") or {}
+    return str(v.get("label", "-"))
 
 
 def _find(d: object, key: str) -> object:
@@ -137,7 +150,8 @@ def main() -> int:
     if not a.real.is_dir():
         print(f"{a.real}: no real traces here; pass --real DIR", file=sys.stderr)
         return 2
-    cols = ["trace", "spec", "busy", "queue max", "x0.1 dev", "validate", "strict"]
+    cols = ["trace", "spec", "busy", "queue max", "x0.1 dev", "verdict", "verdict on spec",
+            "validate", "strict"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     with tempfile.TemporaryDirectory() as t:

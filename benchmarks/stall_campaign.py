@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from stall_faults import FAULTS, inject, seen  # noqa: E402
+from stall_faults import FAULTS, TRIES, inject, kernel_candidates, seen  # noqa: E402
 from validate_real import DEFAULT_REAL, real_traces  # noqa: E402
 
 from mtia_trace.ingest import load  # noqa: E402
@@ -59,7 +59,10 @@ def main() -> None:
         for kind in FAULTS:
             got = inject(kind, events, g)
             if got is None:
-                print(f"| {name} | {kind} | none in trace | | | | | n/a |", flush=True)
+                n = len(kernel_candidates(events, g)) if kind == "kernel" else 0
+                why = (f"none: {n} synchronize-blocked op(s), tried up to {TRIES}, none delays "
+                       "its step's end" if n else "none in trace")
+                print(f"| {name} | {kind} | {why} | | | | | n/a |", flush=True)
                 continue
             faulted, fault = got
             s = seen(events, faulted, fault, lat, target)

@@ -153,7 +153,8 @@ REPLAY_COLUMNS: tuple[Column, ...] = (
 REPLAYED_EVENTS_SCHEMA = _schema(EVENT_COLUMNS + REPLAY_COLUMNS, "events")
 
 #: Dependency edges of the replay graph.
-EDGE_TYPES: tuple[str, ...] = ("stream", "host", "launch", "sync", "collective", "queue", "thread")
+EDGE_TYPES: tuple[str, ...] = ("stream", "host", "launch", "sync", "collective", "queue", "thread",
+                               "contention")
 EDGE_COLUMNS: tuple[Column, ...] = (
     Column("src", I64, "", "event_id that must end first"),
     Column("dst", I64, "", "event_id that may start after src ends"),

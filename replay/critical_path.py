@@ -12,8 +12,11 @@ attribution category (schema.ATTRIBUTION) or, for an event's own duration, the e
 - before a host track's first point (no binding): ``idle``.
 
 Unexplained time (DESIGN §10) is an overlay on these segments, not a category: the part of a
-device ready lag no modelled latency explains (`Graph.unexplained_lag`) and host gaps outside
-every event of their thread (`Graph.unexplained_gap`), summed along the path like the categories.
+device ready lag no modelled latency explains (`Graph.unexplained_lag`), host gaps outside
+every event of their thread (`Graph.unexplained_gap`, every gap of a thread holding only
+annotations), and the time before a track's first point held where it was measured (a thread
+starting with no input, a device stream whose first op has none) where the path ends there,
+summed along the path like the categories.
 
 Runs of points bound by their track predecessor are summed with per-track prefix sums, so the
 Python loop only runs once per cross-track hop on the path. Per-rank walks stay on the rank: at a
@@ -54,6 +57,8 @@ class PathTables:
     ev: np.ndarray          # per position: its event
     rows: tuple[int, int]   # the rows of ``host`` and ``idle`` in the tables
     seg: np.ndarray         # per position: its chain segment (0 where not chain-bound)
+    pinned: np.ndarray      # per position: a track's first point whose earliest time is its
+    #                         measured one (a host thread's, or a device start with no input)
 
     def contrib_at(self, k: int, seg: float) -> np.ndarray:
         """(nact,): the chain segment of length ``seg`` ending at pure position ``k``, split
@@ -111,16 +116,24 @@ def path_tables(g: Graph, s: Schedule, comps: dict[str, np.ndarray]) -> PathTabl
     if g.unexplained_gap is not None:
         gp = g.unexplained_gap & ~dev_pos  # gaps, and waits no dependency explains
         unx_w[gp] = s.w[gp]
-        # a thread started by another (`thread` edge into its first point): its start lag, the
-        # measured delay from the point that started it, is unexplained
-        first = g.track_ptr[:-1][g.track_ptr[:-1] < npos]
-        unx_w[first[gp[first]]] = np.inf
+    if g.thread_started is not None:
+        # a thread started (or restarted) by another (`thread` edge into its first point after
+        # idling): its start lag, the measured delay from the point that started it, is
+        # unexplained
+        unx_w[g.thread_started] = np.inf
+    # a track's first point held at its measured time: when the path ends there, nothing in
+    # the trace explains why the track started that long after the window began
+    pinned = np.zeros(npos, dtype=bool)
+    first = g.track_ptr[:-1][g.track_ptr[:-1] < npos]
+    pinned[first] = ~dev_pos[first] & np.isfinite(g.base[order[first]])
+    if g.pinned_us is not None:
+        pinned[first] |= dev_pos[first] & (g.pinned_us[order[first]] > 0)
     ucum = np.zeros((1, npos + 1))
     ucum[0, 1:] = np.minimum(np.maximum(unx_w, 0.0), seg)
     _track_cumsum(ucum, g.track_ptr)
     return PathTables(act=act, cum=cum, frac=frac, run_start=run_start, tpos=tpos,
                       dev_pos=dev_pos, own=own, unx_w=unx_w, ucum=ucum[0], ev=ev,
-                      rows=(row[CAT["host"]], row[CAT["idle"]]), seg=seg)
+                      rows=(row[CAT["host"]], row[CAT["idle"]]), seg=seg, pinned=pinned)
 
 
 def _track_cumsum(cum: np.ndarray, ptr: np.ndarray) -> None:
@@ -141,14 +154,14 @@ def _edge_category(bound: int, on_device: bool) -> int:
     device-side wait's lag idle."""
     if bound == EDGE_CODE["launch"]:
         return CAT["host"]
-    if bound == EDGE_CODE["sync"]:
+    if bound in (EDGE_CODE["sync"], EDGE_CODE["contention"]):
         return CAT["idle"] if on_device else CAT["host"]
     if bound in (EDGE_CODE["queue"], EDGE_CODE["thread"]):
         return CAT["host"]  # the call's return after the op it waited on
     return CAT["idle"]
 
 
-_LAGGED_EDGES = (EDGE_CODE["launch"], EDGE_CODE["sync"])
+_LAGGED_EDGES = (EDGE_CODE["launch"], EDGE_CODE["sync"], EDGE_CODE["contention"])
 
 
 @dataclass
@@ -240,7 +253,17 @@ def walk(g: Graph, s: Schedule, pt: PathTables, p: int, ws: float) -> Walk:
             continue
         if src < 0:
             parts[CAT["idle"]] += t - ws
+            if pt.pinned[k]:  # a track's first point kept where it was measured
+                unx += t - ws
             break
+        if ob == EDGE_CODE["contention"] and T[src] > t:
+            # a kernel that started while the one it waited for drained (``contention``): the
+            # path goes on through that kernel's run, less the part after this start
+            over = T[src] - t
+            parts[pt.act] -= pt.frac[:, src // 2] * over
+            pieces.append((int(s.pos[src]), -over))
+            p = src
+            continue
         lo = max(T[src], ws)
         parts[_edge_category(ob, bool(pt.dev_pos[k]))] += t - lo
         if pt.dev_pos[k] and p % 2 == 0 and ob in _LAGGED_EDGES:  # a device start's lag

@@ -20,6 +20,10 @@ much each part did.
    `_starts_new`). The gaps directly inside ``ProfilerStep#`` (the loop between regions, data
    loading outside any annotation), the dependencies, ready lags, waits for peers and synchronize calls'
    return latencies stay BASE's.
+   Where NEW issues collectives BASE does not (another DDP bucket), the graph replayed is
+   built over BASE's events plus NEW's unmatched ones, placed among BASE's where NEW has them
+   (`with_new_only`): those get NEW's dependencies and durations. Where BASE issues
+   collectives NEW does not, BASE's unmatched events take no time (`_drop_base_only`).
 3. *Attribute* (`diff_traces`): groups (by default the outermost user annotation an event is in,
    below ``ProfilerStep#``) get NEW's durations one after the other (sequential scheme: groups
    in order of their busy-time change, largest first); each group's contribution is the step
@@ -51,6 +55,8 @@ from replay.whatif import launcher, set_durations, total_cost
 
 #: Below this fraction of matched events two traces are taken for different programs.
 MIN_MATCHED = 0.5
+#: The attribution group of the events only NEW has (`with_new_only`).
+NEW_ONLY_GROUP = "(events only NEW has)"
 #: Attribution dimensions of `diff_traces`.
 DIFF_GROUP_BY = ("scope", "kind", "name", "rank", "rank-scope")
 
@@ -65,6 +71,9 @@ class Matching:
     n_new: int
     unmatched_base: Counter = field(default_factory=Counter)
     unmatched_new: Counter = field(default_factory=Counter)
+    #: per NEW event: its collective sequence number as aligned to BASE's (`_align_seqs`; a
+    #: collective only NEW issues gets one BASE does not use, the same on every rank), -1 none
+    new_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def fraction(self) -> float:
@@ -130,14 +139,9 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
         rank = ev.column("rank").to_numpy().astype(np.int64)
         sides.append((rank, sorted_codes(ev.column("track")), _step_ordinal(ev), c))
     kb, kn = _coll_keys(base, cb), _coll_keys(new, cn)
-    _align_seqs(kb, kn, _coll_signature(base, cb), _coll_signature(new, cn),
-                base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
-    cmb, cmn = _join_keys(kb, kn)
-    out_b: list[np.ndarray] = [cmb]
-    out_n: list[np.ndarray] = [cmn]
+    out_b: list[np.ndarray] = []
+    out_n: list[np.ndarray] = []
     keyed_b, keyed_n = kb[:, 0] >= 0, kn[:, 0] >= 0
-    um_b: Counter = Counter()
-    um_n: Counter = Counter()
     # tracks as codes into their sorted names (one per side)
     (rb, (trb, tvb), sb, _), (rn, (trn, tvn), sn, _) = sides
     code_b = {t: i for i, t in enumerate(tvb.tolist())}
@@ -158,14 +162,23 @@ def match_events(base: pa.Table, new: pa.Table) -> Matching:
                 ia, ib2 = _match_seq(cb[a], cn[b])
                 out_b.append(a[ia])
                 out_n.append(b[ib2])
-        um_b.update(dict_names[c] for c in _unmatched(ib, np.concatenate(out_b) if out_b else
-                                                        np.zeros(0, np.int64), cb))
-        um_n.update(dict_names[c] for c in _unmatched(inn, np.concatenate(out_n) if out_n else
-                                                        np.zeros(0, np.int64), cn))
-    mb = np.concatenate(out_b) if out_b else np.zeros(0, dtype=np.int64)
-    mn = np.concatenate(out_n) if out_n else np.zeros(0, dtype=np.int64)
+    # collectives: by identity, sequence numbers aligned by where each is enqueued (its
+    # parent, as matched above) where the runs issue different ones
+    part = np.full(nn, -1, dtype=np.int64)
+    if out_b:
+        part[np.concatenate(out_n)] = np.concatenate(out_b)
+    _align_seqs(kb, kn, _coll_signature(base, cb, np.arange(nb)),
+                _coll_signature(new, cn, np.where(part >= 0, part, nb + np.arange(nn))),
+                base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy())
+    cmb, cmn = _join_keys(kb, kn)
+    out_b.insert(0, cmb)
+    out_n.insert(0, cmn)
+    mb = np.concatenate(out_b)
+    mn = np.concatenate(out_n)
+    um_b: Counter = Counter(dict_names[c] for c in _unmatched(np.arange(nb), mb, cb))
+    um_n: Counter = Counter(dict_names[c] for c in _unmatched(np.arange(nn), mn, cn))
     return Matching(base=mb, new=mn, n_base=nb, n_new=nn, unmatched_base=um_b,
-                    unmatched_new=um_n)
+                    unmatched_new=um_n, new_seq=kn[:, 2].copy())
 
 
 def _coll_keys(ev: pa.Table, code: np.ndarray) -> np.ndarray:
@@ -195,13 +208,14 @@ def _coll_keys(ev: pa.Table, code: np.ndarray) -> np.ndarray:
     return out
 
 
-def _coll_signature(ev: pa.Table, code: np.ndarray) -> np.ndarray:
-    """Per event: its name code and its parent's (-1 none), as one int64: with the collective
-    keys, what a collective is where the program issues it (a bucket all-reduce in backward,
-    the loss all-reduce in its region)."""
+def _coll_signature(ev: pa.Table, code: np.ndarray, ident: np.ndarray) -> np.ndarray:
+    """Per event: its name code and its parent's identity (``ident``: per event, BASE's id of
+    it or of its partner, a number no BASE event has where none; -1 without a parent), as one
+    int64: with the collective keys, what a collective is where the program issues it (a
+    bucket all-reduce in a given autograd hook, the loss all-reduce in its region)."""
     parent = ev.column("parent_id").to_numpy().astype(np.int64)
-    pc_ = np.where(parent >= 0, code[np.maximum(parent, 0)], -1)
-    return code * (1 << 31) + (pc_ + 1)
+    p = np.where(parent >= 0, ident[np.maximum(parent, 0)], -1)
+    return (code << 32) + (p + 1)
 
 
 def _align_seqs(kb: np.ndarray, kn: np.ndarray, sb: np.ndarray, sn: np.ndarray,
@@ -211,7 +225,9 @@ def _align_seqs(kb: np.ndarray, kn: np.ndarray, sb: np.ndarray, sn: np.ndarray,
     shifts). Per rank and process group, where the runs' sequences of collectives (by sequence
     number, the name of each one's first event) differ, each sequence number is signed by its
     first event (the enqueue: `_coll_signature`), the signed sequences are matched by
-    `_match_seq`, and a NEW sequence number with no partner gets one BASE does not have."""
+    `_match_seq`, and a NEW sequence number with no partner gets one BASE does not have (its
+    own plus an offset past every number of either run: the same on every rank, so the
+    instances of one NEW-only collective still match across ranks)."""
     ib, inn = np.flatnonzero(kb[:, 0] >= 0), np.flatnonzero(kn[:, 0] >= 0)
     if not len(ib) or not len(inn):
         return
@@ -231,8 +247,7 @@ def _align_seqs(kb: np.ndarray, kn: np.ndarray, sb: np.ndarray, sn: np.ndarray,
         if np.array_equal(nb_, nn_) and np.array_equal(qb, qn):
             continue  # the same collectives under the same numbers
         ia, ja = _match_seq(gb_, gn_)
-        to = np.arange(fresh, fresh + len(qn), dtype=np.int64)
-        fresh += len(qn)
+        to = qn + fresh
         to[ja] = qb[ia]
         sel = inn[(kn[inn, 0] == r) & (kn[inn, 1] == g)]
         kn[sel, 2] = to[np.searchsorted(qn, kn[sel, 2])]
@@ -281,6 +296,246 @@ def _match_seq(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ia.append(np.arange(len(a) - suf, len(a)))
     ib.append(np.arange(len(b) - suf, len(b)))
     return np.concatenate(ia).astype(np.int64), np.concatenate(ib).astype(np.int64)
+
+
+# ---- events only NEW has ------------------------------------------------------------------------
+
+@dataclass
+class Merged:
+    """BASE's events plus NEW's unmatched ones (ids from BASE's count on): the events the
+    prediction replays when NEW issues collectives BASE does not (`with_new_only`)."""
+
+    events: pa.Table
+    matching: Matching     # merged events ↔ NEW: BASE's pairs plus each added event's origin
+    added: np.ndarray      # merged ids of the added events
+    new_only_collectives: int
+
+
+def new_only_collectives(new: pa.Table, m: Matching) -> np.ndarray:
+    """NEW's collective events with no partner in BASE (another DDP bucket)."""
+    seq = new.column("coll_seq").fill_null(-1).to_numpy().astype(np.int64)
+    return (seq >= 0) & ~np.isin(np.arange(new.num_rows), m.new)
+
+
+def with_new_only(base: pa.Table, new: pa.Table, m: Matching) -> Merged | None:
+    """BASE's events plus every NEW event without a partner, where NEW issues collectives BASE
+    does not (None otherwise: the prediction is BASE's graph as it is).
+
+    NEW's extra collectives come with the host ops around them that BASE lacks too (the enqueue
+    and the op it runs in, the copy that waits on it): all NEW's unmatched events are added, on
+    the BASE track their NEW track is paired with (by the matched events it holds), in the BASE
+    step at the same position, with NEW's links (parent, launcher) renumbered to the merged ids
+    (to the partner where the linked event is matched), the collective sequence number aligned
+    to BASE's (`Matching.new_seq`), and NEW's times mapped onto BASE's timeline: piecewise
+    linear between the matched points (starts and ends) of the same track, in NEW's order, so
+    an added event lies between the same matched neighbours as in NEW (the rank's matched
+    points where its track has fewer than two). The graph built over these events then has
+    NEW's dependencies for the added events (a transfer's enqueue, its wait, its worker pool)
+    and BASE's elsewhere; their durations come from NEW in the transplant."""
+    only = new_only_collectives(new, m)
+    if not only.any():
+        return None
+    nb, nn = base.num_rows, new.num_rows
+    add = np.setdiff1d(np.arange(nn), m.new)
+    to_m = np.full(nn, -1, dtype=np.int64)
+    to_m[m.new] = m.base
+    to_m[add] = nb + np.arange(len(add))
+    rb = base.column("rank").to_numpy().astype(np.int64)
+    rn = new.column("rank").to_numpy().astype(np.int64)
+    trb = base.column("track").to_numpy(zero_copy_only=False).astype(str)
+    trn = new.column("track").to_numpy(zero_copy_only=False).astype(str)
+    ts_b = base.column("ts_us").to_numpy()
+    ts_n = new.column("ts_us").to_numpy()
+    end_b = ts_b + base.column("dur_us").to_numpy()
+    end_n = ts_n + new.column("dur_us").to_numpy()
+    # NEW track -> BASE track: the one most of its matched events' partners run on
+    pair = Counter(zip(trn[m.new].tolist(), trb[m.base].tolist()))
+    track_of: dict[str, str] = {}
+    for (t_n, t_b), _c in sorted(pair.items(), key=lambda kv: -kv[1]):
+        track_of.setdefault(t_n, t_b)
+    pid_of: dict[int, str] = {}
+    for r, t in zip(rb.tolist(), trb.tolist()):
+        parts = t.split(":")
+        if len(parts) == 3 and parts[0] == "host" and parts[1].isdigit():
+            pid_of.setdefault(r, parts[1])
+
+    def unpaired(t: str, r: int) -> str:
+        parts = t.split(":")
+        if len(parts) == 3 and parts[0] == "host" and r in pid_of:
+            return f"host:{pid_of[r]}:new-{parts[2]}"
+        return t
+
+    tracks = np.array([track_of.get(t, unpaired(t, r)) for t, r in
+                       zip(trn[add].tolist(), rn[add].tolist())], dtype=object)
+    # times: NEW's, mapped piecewise linearly through the matched points of the same track
+    t_start, t_end = np.empty(len(add)), np.empty(len(add))
+    for r in np.unique(rn[add]).tolist():
+        on_r = m.new[rn[m.new] == r]
+        for t in np.unique(trn[add][rn[add] == r]).tolist():
+            knots = on_r[trn[on_r] == t]
+            if len(knots) < 2:
+                knots = on_r
+            sel = np.flatnonzero((rn[add] == r) & (trn[add] == t))
+            kb = m.base[np.isin(m.new, knots)] if len(knots) else np.zeros(0, np.int64)
+            kn = m.new[np.isin(m.new, knots)] if len(knots) else np.zeros(0, np.int64)
+            xs = np.concatenate([ts_n[kn], end_n[kn]])
+            ys = np.concatenate([ts_b[kb], end_b[kb]])
+            if not len(xs):
+                t_start[sel], t_end[sel] = ts_n[add[sel]], end_n[add[sel]]
+                continue
+            o = np.lexsort((ys, xs))
+            xs, ys = xs[o], np.maximum.accumulate(ys[o])
+
+            def f(x: np.ndarray, xs: np.ndarray = xs, ys: np.ndarray = ys) -> np.ndarray:
+                y = np.interp(x, xs, ys)
+                # outside the knots: NEW's offsets from the first / last one
+                y = np.where(x < xs[0], ys[0] + (x - xs[0]), y)
+                return np.where(x > xs[-1], ys[-1] + (x - xs[-1]), y)
+
+            t_start[sel] = f(ts_n[add[sel]])
+            t_end[sel] = f(end_n[add[sel]])
+    _place_transfers(base, new, m, add, tracks, t_start, t_end)
+    # steps: the BASE step at the same position on the rank
+    ord_n = _step_ordinal(new)[add]
+    step_b = base.column("step").to_numpy().astype(np.int64)
+    step = np.full(len(add), -1, dtype=np.int64)
+    for r in np.unique(rn[add]).tolist():
+        steps_r = np.unique(step_b[(rb == r) & (step_b >= 0)])
+        sel = (rn[add] == r) & (ord_n >= 0) & (ord_n < len(steps_r))
+        step[sel] = steps_r[ord_n[sel]]
+    ext = new.take(pa.array(add))
+    cols = {n: ext.column(n) for n in ext.column_names}
+
+    def relink(col: str) -> pa.Array:
+        v = ext.column(col).to_numpy().astype(np.int64)
+        return pa.array(np.where(v >= 0, to_m[np.maximum(v, 0)], -1).astype(np.int64))
+
+    def shift(col: str) -> pa.Array:
+        off = max(int(pc.max(base.column(col)).as_py() or 0),
+                  int(pc.max(new.column(col)).as_py() or 0)) + 1
+        v = ext.column(col).to_numpy().astype(np.int64)
+        return pa.array(np.where(v >= 0, v + off, -1).astype(np.int64))
+
+    seq = m.new_seq[add] if len(m.new_seq) else ext.column("coll_seq").to_numpy()
+    cols |= {"event_id": pa.array(nb + np.arange(len(add), dtype=np.int64)),
+             "parent_id": relink("parent_id"), "launch_id": relink("launch_id"),
+             "correlation": shift("correlation"), "external_id": shift("external_id"),
+             "sync_corr": shift("sync_corr"),
+             "track": pa.array(tracks.tolist(), type=pa.string()),
+             "ts_us": pa.array(t_start), "dur_us": pa.array(np.maximum(t_end - t_start, 0.0)),
+             "step": pa.array(step.astype(np.int32)),
+             "coll_seq": pa.array(np.asarray(seq, dtype=np.int64))}
+    ext = pa.table({n: cols[n].cast(base.schema.field(n).type) for n in base.column_names},
+                   schema=base.schema)
+    merged = pa.concat_tables([base, ext]).combine_chunks()
+    # the canonical order (rank, track, start, longer first), ids renumbered to row positions
+    _, tcode = np.unique(merged.column("track").to_numpy(zero_copy_only=False).astype(str),
+                         return_inverse=True)
+    o = np.lexsort((-merged.column("dur_us").to_numpy(), merged.column("ts_us").to_numpy(),
+                    tcode.reshape(-1), merged.column("rank").to_numpy()))
+    at = np.empty(len(o), dtype=np.int64)
+    at[o] = np.arange(len(o))
+    merged = merged.take(pa.array(o))
+    relinked = {c: pa.array(np.where(v >= 0, at[np.maximum(v, 0)], -1))
+                for c in ("parent_id", "launch_id")
+                for v in [merged.column(c).to_numpy().astype(np.int64)]}
+    relinked["event_id"] = pa.array(np.arange(len(o), dtype=np.int64))
+    for c, v in relinked.items():
+        merged = merged.set_column(merged.schema.get_field_index(c), merged.schema.field(c), v)
+    added = at[nb + np.arange(len(add))]
+    mm = Matching(base=np.concatenate([at[m.base], added]), new=np.concatenate([m.new, add]),
+                  n_base=merged.num_rows, n_new=nn)
+    return Merged(events=merged, matching=mm, added=added, new_only_collectives=int(only.sum()))
+
+
+def _transfer_tracks(ev: pa.Table) -> np.ndarray:
+    """Per event: it runs on a host thread holding only collectives (a CPU backend's worker
+    thread: the transfers)."""
+    tr = ev.column("track").to_numpy(zero_copy_only=False).astype(str)
+    coll = ev.column("coll_seq").fill_null(-1).to_numpy() >= 0
+    coll &= ~ev.column("is_device").to_numpy(zero_copy_only=False).astype(bool)
+    u, inv = np.unique(tr, return_inverse=True)
+    inv = inv.reshape(-1)
+    only = np.bincount(inv, weights=coll, minlength=len(u)) == np.bincount(inv, minlength=len(u))
+    return only[inv] & coll
+
+
+def _enqueue_times(ev: pa.Table, seq: np.ndarray, ts: np.ndarray, worker: np.ndarray
+                   ) -> dict[tuple[int, str, int], float]:
+    """(rank, process group, sequence number) → when the collective was enqueued: the earliest
+    start of its instances off the worker threads."""
+    rank = ev.column("rank").to_numpy().astype(np.int64)
+    pg = ev.column("pg").to_numpy(zero_copy_only=False)
+    out: dict[tuple[int, str, int], float] = {}
+    for i in np.flatnonzero((seq >= 0) & ~worker & ev.column("pg").is_valid().to_numpy(
+            zero_copy_only=False)).tolist():
+        k = (int(rank[i]), str(pg[i]), int(seq[i]))
+        out[k] = min(out.get(k, np.inf), float(ts[i]))
+    return out
+
+
+def _place_transfers(base: pa.Table, new: pa.Table, m: Matching, add: np.ndarray,
+                     tracks: np.ndarray, t_start: np.ndarray, t_end: np.ndarray) -> None:
+    """In place: NEW's added transfers on worker threads, placed by their enqueue. A worker
+    thread takes collectives in no fixed order, so its matched neighbours say little about
+    where an added transfer goes: it starts NEW's delay after its enqueue (mapped onto BASE's
+    timeline), on the BASE worker thread of its rank where it keeps the enqueue order (a
+    thread runs its transfers in the order they were enqueued, the same on every rank:
+    otherwise the ranks' collectives would wait on each other), moved into that order's slot
+    where NEW's delay would break it."""
+    wn = _transfer_tracks(new)
+    todo = np.flatnonzero(wn[add])
+    if not len(todo):
+        return
+    wb = _transfer_tracks(base)
+    seq_b = base.column("coll_seq").fill_null(-1).to_numpy().astype(np.int64)
+    seq_n = m.new_seq if len(m.new_seq) else new.column("coll_seq").fill_null(-1).to_numpy()
+    ts_b, ts_n = base.column("ts_us").to_numpy(), new.column("ts_us").to_numpy()
+    enq = _enqueue_times(base, seq_b, ts_b, wb)
+    enq_n = _enqueue_times(new, seq_n, ts_n, wn)
+    # the added enqueues, at their mapped times
+    rank_n = new.column("rank").to_numpy().astype(np.int64)
+    pg_n = new.column("pg").to_numpy(zero_copy_only=False)
+    for j in np.flatnonzero(~wn[add] & (seq_n[add] >= 0)).tolist():
+        i = add[j]
+        k = (int(rank_n[i]), str(pg_n[i]), int(seq_n[i]))
+        enq[k] = min(enq.get(k, np.inf), float(t_start[j]))
+    # per BASE worker thread: its transfers' (start, enqueue time)
+    rank_b = base.column("rank").to_numpy().astype(np.int64)
+    pg_b = base.column("pg").to_numpy(zero_copy_only=False)
+    tr_b = base.column("track").to_numpy(zero_copy_only=False).astype(str)
+    on: dict[str, list[tuple[float, float]]] = {}
+    for i in np.flatnonzero(wb).tolist():
+        k = (int(rank_b[i]), str(pg_b[i]), int(seq_b[i]))
+        on.setdefault(tr_b[i], []).append((float(ts_b[i]), enq.get(k, float(ts_b[i]))))
+    rank_of = {str(t): int(rank_b[i]) for t, i in zip(tr_b[wb].tolist(),
+                                                       np.flatnonzero(wb).tolist())}
+    keyed = []
+    for j in todo.tolist():
+        i = add[j]
+        k = (int(rank_n[i]), str(pg_n[i]), int(seq_n[i]))
+        e = enq.get(k)
+        if e is None or not np.isfinite(e) or k not in enq_n:
+            continue
+        keyed.append((e, j, e + float(ts_n[i] - enq_n[k])))
+    for e, j, t in sorted(keyed):
+        r = int(rank_n[add[j]])
+        best: tuple[float, str, float] | None = None
+        for trk in sorted(t_ for t_, rr in rank_of.items() if rr == r):
+            lst = on.get(trk, [])
+            lo = max((s for s, q in lst if q <= e), default=-np.inf)
+            hi = min((s for s, q in lst if q > e), default=np.inf)
+            if lo >= hi:
+                continue
+            at = min(max(t, np.nextafter(lo, np.inf)), np.nextafter(hi, -np.inf))
+            if best is None or abs(at - t) < best[0]:
+                best = (abs(at - t), trk, at)
+        if best is None:
+            continue
+        _, trk, at = best
+        dur = t_end[j] - t_start[j]
+        tracks[j], t_start[j], t_end[j] = trk, at, at + dur
+        on.setdefault(trk, []).append((at, e))
 
 
 # ---- the transplant ------------------------------------------------------------------------------
@@ -398,6 +653,23 @@ def transplant(pb: Prepared, pn: Prepared, m: Matching) -> Transplant:
     return Transplant(cost_new=c_new, self_new=s_new, cost_base=cost_b, self_base=self_b,
                       ret_new=r_new, disp_new=d_new, gap_new=_gaps_new(pb, pn, m),
                       loop=is_step, base_new=_starts_new(pb, pn, m))
+
+
+def _drop_base_only(pb: Prepared, tp: Transplant, m: Matching) -> int:
+    """In place: where BASE issues collectives NEW does not (NEW sends one DDP bucket fewer),
+    BASE's events without a partner take no time in the prediction (NEW does not run them):
+    leaves cost 0, ops keep no self time, transfers are dispatched and waited on with no
+    latency. Returns how many BASE collective events have no partner (0: nothing done)."""
+    seq = pb.events.column("coll_seq").fill_null(-1).to_numpy()
+    um = np.ones(pb.graph.n, dtype=bool)
+    um[m.base] = False
+    k = int(((seq >= 0) & um).sum())
+    if k:
+        tp.cost_new[um & pb.leaf] = 0.0
+        tp.self_new[um & ~pb.leaf] = 0.0
+        tp.ret_new[um] = 0.0
+        tp.disp_new[um] = 0.0
+    return k
 
 
 def _starts_new(pb: Prepared, pn: Prepared, m: Matching) -> np.ndarray:
@@ -693,25 +965,35 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     """The causal diff of BASE and NEW (module docstring)."""
     m = match_events(base, new)
     check_same_program(base, new, m, labels)
-    pb, pn = prepare(base), prepare(new)
-    tp = transplant(pb, pn, m)
-    base_meas = measured_step_times(base, pb.graph)
+    p_base, pn = prepare(base), prepare(new)
+    base_meas = measured_step_times(base, p_base.graph)
     new_meas = measured_step_times(new, pn.graph)
-    base_rep = pb.step_mean()
+    base_rep = p_base.step_mean()
+    # where NEW issues collectives BASE does not, the prediction replays BASE's events plus
+    # NEW's unmatched ones (their dependencies from NEW: `with_new_only`)
+    mg = with_new_only(base, new, m)
+    pb, mt = (p_base, m) if mg is None else (prepare(mg.events), mg.matching)
+    added = np.zeros(pb.graph.n, dtype=bool)
+    if mg is not None:
+        added[mg.added] = True
+    tp = transplant(pb, pn, mt)
+    base_only = _drop_base_only(pb, tp, mt)
     # sequential attribution over groups, largest busy-time change first: the prediction with
     # everything transplanted and with each prefix of the groups, all in one pass
     lab = group_labels(pb, group_by)
     dc = np.nan_to_num(tp.cost_new - tp.cost_base) * pb.leaf
     ds = np.nan_to_num(tp.self_new - tp.self_base)
     delta = dc + ds
-    touched = np.isfinite(tp.cost_new) | np.isfinite(tp.self_new)
+    touched = (np.isfinite(tp.cost_new) | np.isfinite(tp.self_new)) & ~added
     u, inv = np.unique(lab[touched].astype(str), return_inverse=True)
     dsum = np.bincount(inv, weights=np.abs(delta[touched]), minlength=len(u))
     order = np.argsort(-dsum, kind="stable")
     keep = [u[i] for i in order[:max_groups]]
     rest = [u[i] for i in order[max_groups:]]
     lab_s = lab.astype(str)
-    steps = [(g, np.isin(lab_s, [g])) for g in keep]
+    # the events only NEW has come first (with NEW's durations: they have no others)
+    steps = [(NEW_ONLY_GROUP, added)] if added.any() else []
+    steps += [(g, np.isin(lab_s, [g])) for g in keep]
     if rest:
         steps.append((f"(other {len(rest)} groups)", np.isin(lab_s, rest)))
     full = np.ones(pb.graph.n, dtype=bool)
@@ -725,9 +1007,9 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
         (apply_transplant(pb, tp, mk) for mk in todo), len(todo)))  # type: ignore[misc]
     pred_times = next(times)
     predicted = float(pred_times.mean()) if len(pred_times) else 0.0
-    steps_b = per_step(base, pb.graph, base_meas)
+    steps_b = per_step(base, p_base.graph, base_meas)
     steps_n = per_step(new, pn.graph, new_meas)
-    steps_p = per_step(base, pb.graph, pred_times)
+    steps_p = per_step(pb.events, pb.graph, pred_times)
     k = min(len(steps_b), len(steps_n), len(steps_p))
     contributions: list[tuple[str, float]] = []
     prev = base_rep
@@ -743,11 +1025,11 @@ def diff_traces(base: pa.Table, new: pa.Table, *, group_by: str = "scope",
     notes: dict[str, object] = {"base_steps": int(len(base_meas)), "new_steps": int(len(new_meas)),
              "transplanted_costs": int(np.isfinite(tp.cost_new).sum()),
              "transplanted_self_times": int(np.isfinite(tp.self_new).sum())}
-    # collectives only NEW issues (another DDP bucket): BASE's graph has no place for them
-    seq_n = new.column("coll_seq").fill_null(-1).to_numpy().astype(np.int64)
-    only_new = (seq_n >= 0) & ~np.isin(np.arange(new.num_rows), m.new)
-    if only_new.any():
-        notes["new_only_collective_events"] = int(only_new.sum())
+    if base_only:
+        notes["base_only_collective_events"] = base_only
+    if mg is not None:  # collectives only NEW issues (another DDP bucket), replayed
+        notes["new_only_collective_events"] = mg.new_only_collectives
+        notes["new_only_events_added"] = int(len(mg.added))
     return DiffResult(
         base_step_us=float(base_meas.mean()) if len(base_meas) else 0.0,
         new_step_us=float(new_meas.mean()) if len(new_meas) else 0.0,

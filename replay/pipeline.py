@@ -8,7 +8,8 @@ every shard of a distributed one (`replay.distributed.shard`), so the two cannot
   event's lag is its launch latency when its measured ready time is its launch, else 0, on the
   target (its spec's ``host.kernel_launch_us``), plus the part of the measured lag that the
   source's launch latency does not explain (*unexplained*, kept by default, counted per step;
-  ``strict`` drops it);
+  ``strict`` drops it, except for work with no launching call in the trace, whose measured lag
+  nothing models: kept and counted as unexplained);
 - ``cost``: the model prices `costing_input` (measured durations corrected so a model prices
   work, not waiting: a matched collective instance's duration becomes its transfer part, a host
   synchronize call's, a launch blocked by a full queue's and an op waiting on another thread's
@@ -61,7 +62,10 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     rest ``u = r - min(r, m_src)`` is unexplained. Lag used: ``m_tgt + u`` (``m_tgt`` only when
     ``strict``; a measured launch faster than ``m_src`` is scaled by ``m_tgt / m_src``); as measured (no target) the measured ``r`` itself, or ``m_src`` when strict. An unknown source latency is taken to be the target's (the lag then carries
     over as measured); without either (as-measured, unknown source) no latency is modelled and
-    the whole lag is unexplained.
+    the whole lag is unexplained. An event with no launching call in the trace
+    (`Graph.unlaunched`: launched before the capture window, or a sampled trace) has no modelled
+    lag: ``strict`` keeps its measured lag (and its measured first start) and counts it as
+    unexplained instead of re-timing it.
     """
     src = source_us if source_us is not None else target_us
     tgt = target_us if target_us is not None else src
@@ -75,6 +79,8 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
         lag_ev = r.copy()  # as measured: explained and unexplained parts both kept
     elif strict:
         lag_ev = np.where(via, tgt_v, 0.0)
+        if g.unlaunched is not None:  # no launch in the trace: nothing models its lag
+            lag_ev = np.where(g.unlaunched, r, lag_ev)
     else:
         # the launch part of the measured lag on the target: its spec latency, or, where the
         # trace launched faster than the source's spec says (e.g. CUDA-graph launches), the
@@ -85,16 +91,22 @@ def modelled_lags(g: Graph, source_us: float | None, target_us: float | None,
     lagged |= via
     lag_ev = np.where(lagged, lag_ev, 0.0)
     into = (g.dst_pt % 2 == 0) & lagged[g.dst_pt // 2] & (
-        (g.etype == EDGE_CODE["launch"]) | (g.etype == EDGE_CODE["sync"]))
+        (g.etype == EDGE_CODE["launch"]) | (g.etype == EDGE_CODE["sync"])
+        | (g.etype == EDGE_CODE["contention"]))
     lag = g.lag.copy()
     lag[into] = lag_ev[g.dst_pt[into] // 2]
     notes = {"launch_latency": {"source_us": source_us, "target_us": target_us,
                                 "modelled_us": tgt_v, "strict": bool(strict)}}
     base = g.base
-    if strict and g.pinned_us is not None and g.pinned_us.any():
-        base = g.base - g.pinned_us  # an input-less first start: back to its rank's start
-    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag, base=base,
-                              unexplained_lag=np.zeros(g.n) if strict else u)
+    unx = u
+    if strict:
+        unl = g.unlaunched if g.unlaunched is not None else np.zeros(g.n, dtype=bool)
+        unx = np.where(unl, r, 0.0)
+        if g.pinned_us is not None and g.pinned_us.any():
+            # an input-less first start with a launch: back to its rank's start
+            keep = np.repeat(unl, 2)
+            base = np.where(keep, g.base, g.base - g.pinned_us)
+    out = dataclasses.replace(g, ready_lag=lag_ev, lag=lag, base=base, unexplained_lag=unx)
     return out, notes
 
 

@@ -66,6 +66,19 @@ def chain_lags(g: Graph, dur: np.ndarray, gap: np.ndarray | None = None,
     return w
 
 
+def contention_lags(g: Graph, dur: np.ndarray) -> Graph:
+    """``g`` with each ``contention`` edge's lag less the share of its source's duration ``dur``
+    that the waiting kernel overlapped (`Graph.contention_tail`): it starts as the source's last
+    blocks drain, and a shorter source drains sooner."""
+    tail = g.contention_tail
+    if tail is None or not tail.any():
+        return g
+    m = g.etype == EDGE_CODE["contention"]
+    lag = g.lag.copy()
+    lag[m] -= tail[g.dst_pt[m] // 2] * dur[g.src_pt[m] // 2]
+    return dataclasses.replace(g, lag=lag)
+
+
 #: segments longer than this take one running-maximum call each, the rest are scanned together
 _LONG = 64
 #: this many segments or fewer take one running-maximum call each, whatever their length
@@ -479,6 +492,7 @@ def schedule(g: Graph, dur: np.ndarray, resource: np.ndarray | None = None,
     earlier schedule of ``g`` to replay, or to record into (`SchedulePlan`)."""
     npts = 2 * g.n
     order = g.order
+    g = contention_lags(g, dur)
     w = chain_lags(g, dur)
     pos = np.empty(npts, dtype=np.int64)
     pos[order] = np.arange(len(order))
@@ -550,6 +564,7 @@ def _schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray, resource: np.ndar
                    ready_lag: np.ndarray | None, full: bool
                    ) -> tuple[np.ndarray, list[Schedule] | None]:
     npts, S = 2 * g.n, dur.shape[1]
+    g, lag = _contention_lags_many(g, dur, lag)
     plan = plan.for_graph(g)
     if plan.steps is None or plan.rescan:
         out = np.empty((npts, S))
@@ -630,6 +645,20 @@ def _schedule_many(g: Graph, dur: np.ndarray, gap: np.ndarray, resource: np.ndar
                 c.pools.check(c.sched, c.res_x)  # type: ignore[union-attr]
         active = [j for j in active if not cols[j].pools.done()]  # type: ignore[union-attr]
     return out, [c.sched for c in cols] if full else None
+
+
+def _contention_lags_many(g: Graph, dur: np.ndarray, lag: np.ndarray | None
+                          ) -> tuple[Graph, np.ndarray | None]:
+    """`contention_lags` per scenario (``dur``: events x scenarios): the edge lags (edges x
+    scenarios) and ``g`` without its tails, so a column scheduled alone is not shifted twice."""
+    tail = g.contention_tail
+    if tail is None or not tail.any():
+        return g, lag
+    m = np.flatnonzero(g.etype == EDGE_CODE["contention"])
+    out = (np.repeat(g.lag[:, None], dur.shape[1], axis=1) if lag is None
+           else np.array(lag, dtype=np.float64, copy=True))
+    out[m] -= tail[g.dst_pt[m] // 2][:, None] * dur[g.src_pt[m] // 2]
+    return dataclasses.replace(g, contention_tail=None), out
 
 
 def _column(g: Graph, j: int, gap: np.ndarray, lag: np.ndarray | None,

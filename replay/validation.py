@@ -36,6 +36,8 @@ KEPT_MEASURED = (
     "the return latency of host synchronize calls (device end -> call return, at most its "
     "measured duration)",
     "work durations (as-measured costing)",
+    "the ready lag of device work with no launching call in the trace (launched before the "
+    "capture window, or a sampled trace), counted as unexplained_us",
 )
 
 #: Device event kinds whose start the device-schedule error measures (not sync markers).
@@ -120,9 +122,10 @@ class Validation:
         lines = []
         n = int(u.get("device_events_without_launch", 0))
         if n:
-            lines.append(f"{n:,} device events have no launching call in the trace (sampled or "
-                         "filtered trace?): their starts follow only their stream, the measured "
-                         "lag after it kept and counted as unexplained")
+            lines.append(f"{n:,} device events have no launching call in the trace (launched "
+                         "before the capture window, or a sampled or filtered trace): their "
+                         "starts follow only their stream, the measured lag after it kept (by "
+                         "the strict replay too) and counted as unexplained")
         n = int(u.get("device_starts_unexplained", 0))
         if n:
             lines.append(f"{n:,} device events start more than {MAX_READY_LAG_US:g} us after "

@@ -127,6 +127,42 @@ def test_diff_matches_collectives_when_new_issues_one_more(tmp_path: Path) -> No
     assert diff_traces(a, b).notes["new_only_collective_events"] == 4
 
 
+def test_diff_replays_the_bucket_only_new_sends(tmp_path: Path) -> None:
+    """NEW sends a third bucket (enqueued by the second hook, its transfer running until
+    +1300) that DDP's finalize waits on and copies out: backward, and the step, end 270 us
+    later. BASE's graph has no place for it; the prediction adds NEW's unmatched events (the
+    enqueue, the transfer, the finalize's third copy) with their dependencies as NEW's graph
+    has them, so the wait lengthens the predicted step as it did the measured one."""
+    a = load(write_trace(tmp_path / "a")).events
+    b = load(write_trace(tmp_path / "b", bucket3_end=1300.0)).events
+    r = diff_traces(a, b)
+    assert r.new_step_us - r.base_step_us == pytest.approx(270.0)
+    assert r.notes["new_only_collective_events"] == 8  # enqueue + transfer, 2 steps x 2 ranks
+    assert abs(r.error) < 0.01, f"{r.error:+.1%}"
+    assert all(abs(e) < 0.01 for e in r.step_errors) and len(r.step_errors) == 2
+    assert dict(r.contributions)["(events only NEW has)"] > 0.0
+
+
+def test_diff_drops_the_bucket_only_base_sends(tmp_path: Path) -> None:
+    """The other way round: BASE sends the third bucket, NEW does not. BASE's events without a
+    partner (the enqueue, the transfer, the third copy) take no time in the prediction, so the
+    finalize no longer waits for a transfer NEW does not run."""
+    a = load(write_trace(tmp_path / "a", bucket3_end=1300.0)).events
+    b = load(write_trace(tmp_path / "b")).events
+    # the collectives NEW lacks are one of the two the second hook enqueues in each step
+    # (matched by the hook that enqueues them), not the last two of the trace
+    m = match_events(a, b)
+    um = np.setdiff1d(np.arange(a.num_rows), m.base)
+    names = np.array(a.column("name").to_pylist(), dtype=object)
+    ts = a.column("ts_us").to_numpy()
+    enq = um[names[um] == "c10d::allreduce_"]
+    assert set(((ts[enq] - 1000.0) % 3000.0).tolist()) <= {420.0, 432.0}
+    assert len(enq) == 4 and sorted(a.column("step").to_numpy()[enq].tolist()) == [1, 1, 2, 2]
+    r = diff_traces(a, b)
+    assert r.notes["base_only_collective_events"] == 8
+    assert abs(r.error) < 0.01, f"{r.error:+.1%}"
+
+
 def test_diff_takes_when_each_rank_began_recording_from_new(tmp_path: Path) -> None:
     """BASE's rank 1 began recording 800 us before its first step (a long op before it), NEW's
     90 us: the prediction starts rank 1 where NEW did (like a gap, measured), not where BASE

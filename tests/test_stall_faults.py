@@ -14,9 +14,11 @@ from replay.graph import build_graph
 from replay.hardware import load_spec, model_for
 from replay.hardware.source import with_source
 from tests.conftest import REAL, SAMPLES
-from tests.stall_faults import FAULTS, STALL_US, inject, seen
+from tests.stall_faults import FAULTS, SEEN_SHARE, STALL_US, inject, seen
 
-#: Samples and real traces (a CUDA, a ROCm, a sampled, a back-pressured and two CPU gloo ones).
+#: Samples and real traces (a CUDA, a ROCm, a sampled, a back-pressured, CPU gloo ones, one whose
+#: step is marked on a thread without ops, a multi-threaded MTIA inference server, and a pair
+#: whose collectives wait for a straggling peer).
 TRACES = [
     SAMPLES / "synth" / "dcnv2_infer_1rank",
     SAMPLES / "synth" / "dcnv2_train_2rank",
@@ -25,8 +27,15 @@ TRACES = [
     REAL / "hta" / "amd_trace",
     REAL / "hta" / "trace_filter",
     REAL / "hta" / "negative_queue_length_values_check",
+    REAL / "hta" / "triton_example",
+    REAL / "hta" / "mtia_inference_trace",
     REAL / "pairs" / "dp_dense" / "a",
+    REAL / "pairs" / "dp_straggler" / "a",
 ]
+
+#: Traces where every device stall a synchronize waits for is partly absorbed before its step
+#: ends (other requests' work ends the window): the fault is judged on what reaches it.
+PARTIAL = {REAL / "hta" / "mtia_inference_trace"}
 
 
 def _ids(p: Path) -> str:
@@ -45,7 +54,10 @@ def test_injected_stall_is_seen_in_every_replay(trace: Path, fault: str) -> None
         pytest.skip(f"no place for a {fault} fault in this trace")
     faulted, where = got
     s = seen(events, faulted, where, lat, model_for(load_spec("h100"), mode="auto"))
-    assert s.measured_us == pytest.approx(STALL_US, abs=1.0)
+    if fault == "kernel" and trace in PARTIAL:
+        assert SEEN_SHARE * STALL_US / 2 < s.measured_us < STALL_US
+    else:
+        assert s.measured_us == pytest.approx(STALL_US, abs=1.0)
     assert s.all, (f"{where}: measured +{s.measured_us:.0f} us, not seen by {s.missed()}: "
                    + ", ".join(f"{k} carries {v.carried_us:.0f} us, unexplained "
                                f"{v.unexplained_us:+.0f} us" for k, v in s.replays.items()))

@@ -3,9 +3,11 @@ measures (devices busy, launch-queue depth) before it is printed; identical targ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 import report_sample
 
@@ -49,6 +51,22 @@ def test_host_time_waiting_on_a_busy_device_is_not_called_host_bound(tmp_path: P
     head = render_markdown(build_report(run, with_figures=False)).split("### ")[0]
     assert NEUTRAL not in head and "Host-bound" not in head
     assert "Verdict unsettled" in head and "devices busy 9" in head
+
+
+def test_a_device_bound_run_is_not_called_host_bound_on_a_faster_target(tmp_path: Path) -> None:
+    """Measured devices busy > 80%: on a target that makes the kernel 20x shorter (the replay
+    leaves the device mostly idle) the critical path is host time, but the run stays unsettled,
+    never host-bound; a target replay of a run measured below `BUSY_DEVICE_SHARE` busy may be
+    host-bound."""
+    from replay.whatif import parse_whatifs
+
+    events = load(_polling_trace(tmp_path / "poll.json")).events
+    faster = replay_events(events, whatifs=parse_whatifs(["track=dev:*:x0.05"]))
+    run = run_from_result(faster, name="poll-fast")
+    run = dataclasses.replace(run, meta=msgspec.structs.replace(run.meta, hardware="h100"))
+    v = verdict(run)
+    assert v.critical["host"] > 0.9 and v.devices_busy is not None and v.devices_busy > 0.9
+    assert v.label == "unsettled" and not v.hardware_neutral
 
 
 def _meta(hardware: str, **model: object) -> RunMeta:

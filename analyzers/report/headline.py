@@ -279,6 +279,9 @@ def host_bound(a: Attribution) -> bool:
 #: measured hardware, whatever the critical path says.
 BUSY_DEVICE_SHARE = 0.5
 COMM_COMPONENTS = ("collective", "peer_wait", "queue", "retry")
+#: Measured devices busy more than this share of the step: a device-bound run, not called
+#: host-bound on any target either (assumed).
+DEVICE_BOUND_BUSY = 0.8
 
 
 @dataclass(frozen=True)
@@ -287,10 +290,13 @@ class Verdict:
     measures before it is printed.
 
     ``label``: ``host-bound``, ``device-bound`` or ``communication-bound`` (the largest of the
-    critical path's host, device-work and communication time), or ``unsettled`` when an
-    as-measured replay's critical path says host-bound while the trace measures devices busy
-    more than `BUSY_DEVICE_SHARE` of the step or a launch queue full: the replay then misses a
-    wait on the device, and no verdict is printed as settled. ``hardware_neutral``: the step is
+    critical path's host, device-work and communication time), or ``unsettled`` when the
+    critical path says host-bound while the trace measures devices busy more than
+    `BUSY_DEVICE_SHARE` of the step or a launch queue full, and the replay is as measured, or
+    on a target the measured devices were busy more than `DEVICE_BOUND_BUSY`: the replay then
+    misses a wait on the device, or host and devices are both near saturation, and no verdict
+    is printed as settled (a target replay of a run measured busy between `BUSY_DEVICE_SHARE`
+    and `DEVICE_BOUND_BUSY` may be host-bound: that is said, with what the measured run shows). ``hardware_neutral``: the step is
     host-bound with the critical path under `HOST_BOUND_DEVICE_SHARE` in device work and nothing
     measured contradicts it, the only case where the report says the hardware does not change
     the step."""
@@ -319,9 +325,11 @@ class Verdict:
         seen = f" The trace measures {', '.join(measured)}." if measured else ""
         if self.label == "unsettled":
             return (f"**Verdict unsettled.** The replay's critical path is mostly host time "
-                    f"({crit}), but {' and '.join(self.conflicts)}: the host time is likely "
+                    f"({crit}), but {' and '.join(self.conflicts)}: either the host time is "
                     "waiting on the devices in a way the dependency graph does not model (see "
-                    f"`mtia-trace validate --strict`), so it is not called host-bound.{seen}")
+                    "`mtia-trace validate --strict`), or host and devices are both near "
+                    "saturation and each shortens the step only with the other (try "
+                    f"`--whatif 'track=dev:*:x0.5'`), so it is not called host-bound.{seen}")
         if self.hardware_neutral:
             return (f"**Host-bound: the hardware does not change this step.** The critical path "
                     f"spends only {fmt.pct(self.critical['device'] + self.critical['communication'])}"
@@ -392,7 +400,9 @@ def verdict(run: RunData, a: Attribution | None = None) -> Verdict:
     as_measured = run.meta.hardware == AS_MEASURED
     if label != "host-bound":
         conflicts = []
-    elif conflicts and as_measured:
+    elif conflicts and (as_measured or (busy is not None and busy > DEVICE_BOUND_BUSY)):
+        # as measured; or a device-bound measured run on any target: its host time may be a
+        # wait on the devices the graph misses, so it is not called host-bound
         label = "unsettled"
     neutral = (label == "host-bound" and not conflicts and a.step_us > 0
                and device_share(a) < HOST_BOUND_DEVICE_SHARE)

@@ -62,9 +62,14 @@ def render_diff(r: DiffResult, base: Path, new: Path, *, md: bool = False) -> st
             lines.append(f"unmatched in {side}: {sum(um.values())} events: {top}{more}")
     k = int(r.notes.get("new_only_collective_events", 0))  # type: ignore[call-overload]
     if k:
+        added = int(r.notes.get("new_only_events_added", 0))  # type: ignore[call-overload]
         lines.append(f"NEW issues {k} collective events BASE does not (such as another DDP "
-                     "bucket): BASE's graph has no place for them, so the prediction leaves "
-                     "them out")
+                     f"bucket): the prediction replays them, with the {added} events only NEW "
+                     "has in all, on NEW's dependencies among BASE's events")
+    k = int(r.notes.get("base_only_collective_events", 0))  # type: ignore[call-overload]
+    if k:
+        lines.append(f"BASE issues {k} collective events NEW does not: in the prediction BASE's "
+                     "events without a partner take no time")
     lines.append("")
     change = r.predicted_step_us - r.base_replayed_us
     lines.append(f"predicted change {change:+,.1f} us by {r.group_by} ({r.scheme} attribution: "

@@ -30,6 +30,10 @@ Cross-track edges (`src` end or start → `dst` start or end, plus a lag):
 - ``thread``: a host thread waiting (a long gap, inside an op or outside every op) while another
   thread of its process works, and resuming when that work ends: that end → the resuming point,
   with the return latency, which is all the gap keeps (`replay.graph.threads`);
+- ``contention``: a kernel that waited for the compute units a kernel of another stream of its
+  device held: that kernel's end → its start (with the ready lag; a kernel that started while
+  the other's last blocks drained starts that share of the other's duration early)
+  (`replay.graph.contention`);
 - ``collective``: instances of one collective (same process group and sequence number) on
   different ranks start together when the last one is ready. The measured duration of a matched
   instance includes its wait for peers; its transfer part (own end − last arrival) is what gets
@@ -78,10 +82,12 @@ from replay.graph.chains import (
     ready_lags,
     stream_chains,
 )
-from replay.graph.collectives import match_collectives, worker_pools
+from replay.graph.collectives import Collectives, match_collectives, worker_pools
+from replay.graph.contention import contention_edges
 from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
 from replay.graph.sync import (
+    Launches,
     device_wait_edges,
     find_launches,
     host_sync_edges,
@@ -133,16 +139,27 @@ class Graph:
     #   annotation without children waiting on another thread): its return latency after the op
     #   it waited on ended (what it is costed at), nan otherwise (`replay.graph.backpressure`,
     #   `replay.graph.threads`)
+    thread_started: np.ndarray | None = None
+    #   positions whose thread was started (or restarted after idling) by another thread's
+    #   ``thread`` edge: that edge's lag, the measured delay, is unexplained
+    contention_tail: np.ndarray | None = None
+    #   per event with a ``contention`` edge into its start: the share of the source kernel's
+    #   duration it started before that kernel's end (0 otherwise); the scheduler starts it that
+    #   share of the source's costed duration early (`replay.graph.contention`)
     pinned_us: np.ndarray | None = None
+    #   per point: how far its base was moved to its measured start (a stream's first event with
+    #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
+    #   to its rank's start, by a strict replay too, `replay.pipeline.modelled_lags`)
+    unlaunched: np.ndarray | None = None
+    #   per event: a stream-like event with no launching call (or enqueue) in the trace (launched
+    #   before the capture window, or a sampled trace): nothing models its ready lag, so a strict
+    #   replay keeps it as measured and counts it as unexplained (`replay.pipeline.modelled_lags`)
     pool: np.ndarray | None = None
     #   per event: the pool of a CPU backend's worker threads its transfer holds a unit of while
     #   it runs (-1 none; `replay.graph.collectives.worker_pools`); used where the cost model
     #   gives the event no pool of its own
     pool_capacity: np.ndarray | None = None
     #   per pool: how many worker threads it has
-    #   per point: how far its base was moved to its measured start (a stream's first event with
-    #   no input, e.g. no launching call in the trace: kept where it was measured, not re-timed
-    #   to its rank's start; a strict replay moves it back, `replay.pipeline.modelled_lags`)
 
 
 def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
@@ -172,11 +189,17 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     streamlike = ev.is_dev | on_worker
     tr_chain = ev.tr_dev | coll.worker_tr
     chain_ids, prev = stream_chains(ev, tr_chain)
+    ready_lag, _, _ = ready_lags(ev, lc, prev, (ds_src, ds_dst), coll, streamlike, None)
+    c_src, c_dst, c_tail, n_c = contention_edges(ev, ready_lag)
     ready_lag, via_launch, n_ready = ready_lags(ev, lc, prev, (ds_src, ds_dst), coll, streamlike,
-                                                max_ready_lag_us)
-    notes |= n_ready
+                                                max_ready_lag_us, (c_src, c_dst, c_tail))
+    notes |= n_ready | n_c
     cross = cross_edges(lc, (ds_src, ds_dst), (hs_src, hs_dst), coll, ready_lag, sync_lag,
-                        (q_src, q_dst, q_lag))
+                        (q_src, q_dst, q_lag), (c_src, c_dst))
+    contention_tail = np.zeros(ev.n)
+    if len(c_dst):
+        # the share of the kernel waited for that the waiting one overlapped (as measured)
+        contention_tail[c_dst] = c_tail / np.maximum(ev.end[c_src] - ev.ts[c_src], 1e-9)
     pooled = np.zeros(len(ev.runs) - 1, dtype=bool)
     pooled[np.unique(ev.tr_of[pool >= 0])] = True
     ch = point_chains(ev, tr_chain, chain_ids, pooled)
@@ -218,6 +241,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     unexplained_gap[tunx] = True  # a wait no thread explains
     if len(sto):
         unexplained_gap[sto] = True  # its start lag: the critical path counts it unexplained
+        ch.gap[sto] = 0.0  # a restarted worker's idle time: the wait that started it explains it
         cross = Edges(np.concatenate([cross.src_pt, ch.order[sf]]),
                       np.concatenate([cross.dst_pt, ch.order[sto]]),
                       np.concatenate([cross.lag, ch.tpos[sto] - ch.tpos[sf]]),
@@ -240,7 +264,17 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  edges=edges_table(ev, cross, np.where(pool >= 0, -1, prev), ready_lag),
                  notes=notes, pool=pool, pool_capacity=pool_cap,
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
-                 unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned)
+                 unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned,
+                 unlaunched=_unlaunched(ev, lc, coll, streamlike), thread_started=sto,
+                 contention_tail=contention_tail)
+
+
+def _unlaunched(ev: EventArrays, lc: Launches, coll: Collectives, streamlike: np.ndarray
+                ) -> np.ndarray:
+    """Per event: stream-like work no launch or enqueue in the trace starts (markers aside)."""
+    out = streamlike & ~lc.has_launch & ~ev.dev_marker
+    out[coll.enq_dst] = False
+    return out
 
 
 def _pin_inputless_starts(ev: EventArrays, ch: Chains, base: np.ndarray, cross: Edges

@@ -38,13 +38,15 @@ def stream_chains(ev: EventArrays, tr_chain: np.ndarray
 
 def ready_lags(ev: EventArrays, lc: Launches, prev: np.ndarray,
                dsync: tuple[np.ndarray, np.ndarray], coll: Collectives, streamlike: np.ndarray,
-               max_ready_lag_us: float | None
+               max_ready_lag_us: float | None,
+               contention: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
     """(``ready_lag``, ``via_launch``) per event, and notes.
 
     Ready lag of a stream-like event: measured start − the latest measured end (start, for
-    launches and enqueues) of its inputs (chain predecessor, launch, device wait source), capped
-    at ``max_ready_lag_us``. ``via_launch``: its latest input is its launch (or enqueue).
+    launches and enqueues) of its inputs (chain predecessor, launch, device wait source, and the
+    kernel it waited for on another stream, ``contention`` (src, dst, tail): its end minus the
+    tail), capped at ``max_ready_lag_us``. ``via_launch``: its latest input is its launch (or enqueue).
     Device sync markers (Stream Wait Event, event_wait / event_record, host-wait markers) are not
     work: they are costed zero (replay.run), so a marker ends where it starts, at
     max(measured start, its inputs' ends), whatever its measured duration (CUDA: the host API
@@ -70,6 +72,8 @@ def ready_lags(ev: EventArrays, lc: Launches, prev: np.ndarray,
             np.maximum.at(ready, enq_dst, ts[enq_src])
         if len(dsync_dst):
             np.maximum.at(ready, dsync_dst, end_in[dsync_src])
+        if contention is not None and len(contention[1]):
+            np.maximum.at(ready, contention[1], end_in[contention[0]] - contention[2])
         fin = np.isfinite(ready)
         mend = np.where(fin, ready + np.clip(ts - np.where(fin, ready, 0.0), 0.0, cap), ts)
         nxt = np.where(dsync_ev, mend, ev.end)
@@ -118,14 +122,16 @@ class Edges:
 
 def cross_edges(lc: Launches, dsync: tuple[np.ndarray, np.ndarray],
                 hsync: tuple[np.ndarray, np.ndarray], coll: Collectives, ready_lag: np.ndarray,
-                sync_lag: np.ndarray, qwait: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Edges:
+                sync_lag: np.ndarray, qwait: tuple[np.ndarray, np.ndarray, np.ndarray],
+                cwait: tuple[np.ndarray, np.ndarray]) -> Edges:
     """The cross-track edges: ``launch`` (launch start → device start; enqueue start → transfer
     start), ``sync`` (device wait: source end → marker start; host: source end → call end),
-    ``collective`` (instance start ↔ its group's first instance start) and ``queue`` (the op
-    freeing a launch's queue slot: its end → the call's end); edges into device starts carry the
-    ready lag, host syncs and blocked launches the return latency."""
+    ``collective`` (instance start ↔ its group's first instance start), ``queue`` (the op
+    freeing a launch's queue slot: its end → the call's end) and ``contention`` (the kernel of
+    another stream a kernel waited for: its end → the kernel's start); edges into device starts
+    carry the ready lag, host syncs and blocked launches the return latency."""
     dst_launch = np.flatnonzero(lc.has_launch)
-    (ds, dd), (hs, hd), (qs, qd, ql) = dsync, hsync, qwait
+    (ds, dd), (hs, hd), (qs, qd, ql), (cs, cd) = dsync, hsync, qwait, cwait
     return Edges.of([
         (2 * lc.launch[lc.has_launch], 2 * dst_launch, ready_lag[dst_launch], "launch"),
         (2 * coll.enq_src, 2 * coll.enq_dst, ready_lag[coll.enq_dst], "launch"),
@@ -133,6 +139,7 @@ def cross_edges(lc: Launches, dsync: tuple[np.ndarray, np.ndarray],
         (2 * hs + 1, 2 * hd + 1, sync_lag[hd], "sync"),
         (2 * coll.src, 2 * coll.dst, np.zeros(len(coll.src)), "collective"),
         (2 * qs + 1, 2 * qd + 1, ql, "queue"),
+        (2 * cs + 1, 2 * cd, ready_lag[cd], "contention"),
     ])
 
 
@@ -253,8 +260,10 @@ def edges_table(ev: EventArrays, cross: Edges, prev: np.ndarray, ready_lag: np.n
 
 def _outside_events(order: np.ndarray, track_ptr: np.ndarray, chain: np.ndarray,
                     passive: np.ndarray) -> np.ndarray:
-    """Per position of a host track holding work: the gap before it lies outside every
-    non-passive event of the track (no open event at that time)."""
+    """Per position of a host track: the gap before it lies outside every non-passive event of
+    the track (no open event at that time). On a track holding only annotations (a step marked
+    on a thread with no ops) every gap is: nothing on the track explains the time its marks
+    span."""
     L = len(order)
     out = np.zeros(L, dtype=bool)
     if not L:
@@ -266,6 +275,6 @@ def _outside_events(order: np.ndarray, track_ptr: np.ndarray, chain: np.ndarray,
     # every event's two points are on its track: open counts return to 0 at each track's end
     open_before = np.concatenate([[0], np.cumsum(delta)[:-1]])
     live = np.bincount(pos_tr, weights=work, minlength=ntr) > 0
-    out = (open_before == 0) & live[pos_tr] & ~chain[pos_tr]
+    out = ((open_before == 0) | ~live[pos_tr]) & ~chain[pos_tr]
     out[track_ptr[:-1][track_ptr[:-1] < L]] = False
     return out

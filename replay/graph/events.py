@@ -23,6 +23,10 @@ HOST_WAIT_MARKERS = ("Stream Sync", "Context Sync", "Event Sync")
 STREAM_WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 EVENT_RECORD_CALLS = ("cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord")
 
+#: Copy names (Kineto ``gpu_memcpy``) of copies the host does not wait for: from or to pinned
+#: memory, and device to device (CUDA runtime API, "API synchronization behavior").
+ASYNC_COPY = r"Pinned|DtoD|Device -> Device"
+
 #: Resolution of event times in the graph: Kineto writes microseconds with three decimals.
 NS_PER_US = 1000
 
@@ -114,12 +118,14 @@ class EventArrays:
     is_sync_kind: np.ndarray
     is_memcpy: np.ndarray
     is_comm: np.ndarray
+    is_kernel: np.ndarray      # device work that takes compute units (compute kinds, "other")
     passive: np.ndarray        # annotations and instants: they mark time, they are not work
     dev_marker: np.ndarray     # device-side annotations (gpu_user_annotation): not stream work
     host_marker: np.ndarray    # device-side markers of a host wait (HOST_WAIT_MARKERS)
     sync_named: np.ndarray     # host runtime/sync/other calls named like a synchronize call
     wait_call: np.ndarray      # host calls named in STREAM_WAIT_CALLS
     record_call: np.ndarray    # host calls named in EVENT_RECORD_CALLS
+    async_copy: np.ndarray     # copies named as asynchronous (ASYNC_COPY: pinned memory, DtoD)
     runs: np.ndarray           # start offset of each (rank, track) run, then n
     tr_of: np.ndarray          # per event: its track
     tr_dev: np.ndarray         # per track: a device track
@@ -151,6 +157,7 @@ def event_arrays(events: pa.Table) -> EventArrays:
         is_sync_kind=_is_in(events, "kind", ["sync"]),
         is_memcpy=_is_in(events, "kind", ["memcpy"]),
         is_comm=_is_in(events, "kind", schema.COMM_KINDS),
+        is_kernel=is_dev & _is_in(events, "kind", (*schema.COMPUTE_KINDS, "other")),
         passive=passive,
         dev_marker=is_dev & passive,
         host_marker=_is_in(events, "name", HOST_WAIT_MARKERS),
@@ -159,10 +166,21 @@ def event_arrays(events: pa.Table) -> EventArrays:
                                                         (*schema.CONTROL_KINDS, "other"))),
         wait_call=~is_dev & _is_in(events, "name", STREAM_WAIT_CALLS),
         record_call=~is_dev & _is_in(events, "name", EVENT_RECORD_CALLS),
+        async_copy=is_dev & _matches(events, ASYNC_COPY),
         runs=runs,
         tr_of=np.repeat(np.arange(ntr), np.diff(runs)) if n else np.zeros(0, dtype=np.int64),
         tr_dev=is_dev[runs[:-1]] if ntr else np.zeros(0, dtype=bool),
     )
+
+
+def _matches(events: pa.Table, pattern: str) -> np.ndarray:
+    """Per event: its name matches the regular expression ``pattern``."""
+    if not events.num_rows:
+        return np.zeros(0, dtype=bool)
+    names = pc.dictionary_encode(events.column("name").combine_chunks())
+    hit = pc.match_substring_regex(names.dictionary, pattern).fill_null(False)
+    hit_v = np.append(hit.to_numpy(zero_copy_only=False).astype(bool), False)
+    return hit_v[names.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
 
 
 def _sync_named(events: pa.Table, among: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ synchronize calls and blocking copies).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,20 +18,26 @@ _WALK_BACK = 64
 
 
 def _walk_back(idx: np.ndarray, first: np.ndarray, member_end: np.ndarray,
-               member_ids: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+               member_ids: np.ndarray, q_end: np.ndarray, steps: int = _WALK_BACK,
+               passable: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+               ) -> np.ndarray:
     """From member ``idx`` (-1: none) back to ``first`` (the query's group's first member): the
     first member that ended by ``q_end``, at most `_WALK_BACK` steps (members that had not
-    finished when the call returned are few). Returns member ids or -1."""
+    finished when the call returned are few), and only past members where ``passable`` (per
+    query and member position) allows. Returns member ids or -1."""
     out = np.full(len(idx), -1, dtype=np.int64)
     q = np.flatnonzero(idx >= first)  # queries still looking
     cur = idx[q]
-    for _ in range(_WALK_BACK):
+    for _ in range(steps):
         if not len(q):
             break
         good = member_end[cur] <= q_end[q]
         out[q[good]] = member_ids[cur[good]]
-        cur = cur[~good] - 1
-        q = q[~good]
+        go = ~good
+        if passable is not None:
+            go &= passable(q, cur)
+        cur = cur[go] - 1
+        q = q[go]
         alive = cur >= first[q]
         q, cur = q[alive], cur[alive]
     return out
@@ -61,7 +68,28 @@ def find_launches(ev: EventArrays) -> tuple[Launches, dict[str, object]]:
         "device_events": int(ev.is_dev.sum()),
         "device_events_without_launch": int((ev.is_dev & (launch < 0)).sum())}
     launch_k = np.where(launch >= 0, ev.ts_k[np.maximum(launch, 0)], ev.ts_k)
+    early = _before_capture(ev, launch, host_rt)
+    if early.any():
+        # launched before the trace begins: before every launch in it, in correlation order
+        notes["device_events_launched_before_trace"] = int(early.sum())
+        r0 = np.full(int(ev.rank.max()) + 1, np.iinfo(np.int64).max)
+        np.minimum.at(r0, ev.rank, ev.ts_k)
+        launch_k[early] = r0[ev.rank[early]]
     return Launches(launch, ev.is_dev & (launch >= 0), launch_k), notes
+
+
+def _before_capture(ev: EventArrays, launch: np.ndarray, host_rt: np.ndarray) -> np.ndarray:
+    """Per event: a device event with no launch whose correlation id is below every runtime
+    call's on its rank (ids grow with each call, so it was launched before the trace began:
+    work queued before the profiler started, running on into the trace)."""
+    out = np.zeros(ev.n, dtype=bool)
+    cand = ev.is_dev & (launch < 0) & (ev.corr >= 0)
+    if not cand.any() or not host_rt.any():
+        return out
+    lo = np.full(int(ev.rank.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(lo, ev.rank[host_rt], ev.corr[host_rt])
+    out[cand] = ev.corr[cand] < lo[ev.rank[cand]]
+    return out
 
 #: a query end no stream member passes
 _NEVER = np.iinfo(np.int64).max
@@ -84,6 +112,8 @@ class Streams:
     wait_keys: np.ndarray      # the key of the stream each wait names
     launch_k: np.ndarray
     end_k: np.ndarray
+    #: per event: when its launch call returned (None: at its launch key)
+    launch_end_k: np.ndarray | None = None
 
     def index(self, keys_: np.ndarray) -> np.ndarray:
         """Position in ``keys`` of each stream key, -1 for a stream with no member."""
@@ -92,9 +122,14 @@ class Streams:
         hit = (j < len(self.keys)) & (self.keys[jc] == keys_) if len(self.keys) else False
         return np.where(hit, jc, -1).astype(np.int64)
 
-    def last(self, j: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray) -> np.ndarray:
+    def last(self, j: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray,
+             settled: bool = False) -> np.ndarray:
         """Per query: the last member of stream ``j`` (an `index`; -1: none) launched at or
-        before ``q_ts`` that ended by ``q_end``; event ids or -1.
+        before ``q_ts`` that ended by ``q_end``; event ids or -1. With ``settled`` it looks back
+        only past members whose launch had not returned by ``q_ts`` (launched about when the
+        query was made, by another thread: their order against it is not settled); a member
+        launched and returned before it that had not ended by ``q_end`` ends the search (the
+        query did not wait on that stream).
 
         One search over all streams at once: each member's launch key is shifted by its
         stream's offset so the keys of all streams make one ascending array."""
@@ -104,6 +139,13 @@ class Streams:
             return out
         lk = self.launch_k[self.ids]
         lo, hi = lk[self.starts], lk[self.bounds[1:] - 1]
+        lend = (self.launch_end_k if self.launch_end_k is not None else self.launch_k)[self.ids]
+
+        def passable_of(base: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+            """Per (query, member) of queries ``base[qi]``: its launch had not returned yet."""
+            if not settled:
+                return None
+            return lambda qi, cur: lend[cur] > q_ts[base[qi]]
         span = hi - lo + 1
         mend = self.end_k[self.ids]
         if float(span.astype(np.float64).sum()) >= _FLAT_LIMIT:  # would overflow: one by one
@@ -111,7 +153,8 @@ class Streams:
                 q = ok[j[ok] == s]
                 a, b = int(self.bounds[s]), int(self.bounds[s + 1])
                 pos = a + np.searchsorted(lk[a:b], q_ts[q], side="right") - 1
-                out[q] = _walk_back(pos, np.full(len(q), a), mend, self.ids, q_end[q])
+                out[q] = _walk_back(pos, np.full(len(q), a), mend, self.ids, q_end[q],
+                                    passable=passable_of(q))
             return out
         off = np.concatenate([[0], np.cumsum(span)[:-1]]) - lo
         per_member = np.repeat(off, np.diff(self.bounds))
@@ -121,22 +164,27 @@ class Streams:
         qk = np.minimum(q_ts[ok], hi[js]) + off[js]
         pos = np.searchsorted(flat, qk, side="right") - 1
         pos[before] = -1
-        out[ok] = _walk_back(pos, self.starts[js], mend, self.ids, q_end[ok])
+        out[ok] = _walk_back(pos, self.starts[js], mend, self.ids, q_end[ok],
+                             passable=passable_of(ok))
         return out
 
 
 def order_streams(ev: EventArrays, lc: Launches) -> Streams:
-    """The per-stream launch order of device events and the device-side waits to resolve."""
+    """The per-stream launch order of device events and the device-side waits to resolve.
+    Device-side markers of a host wait (``HOST_WAIT_MARKERS``: the synchronize call itself drawn
+    on the stream) are not members: no synchronize waits on its own marker."""
     waits = np.flatnonzero(ev.is_dev & ev.is_sync_kind
                            & ((ev.sync_corr >= 0) | (ev.sync_stream >= 0)) & ~ev.host_marker)
-    dev_ids = np.flatnonzero(ev.is_dev)
+    dev_ids = np.flatnonzero(ev.is_dev & ~ev.host_marker)
     sk, wait_sk = keys.joint_codes((ev.rank[dev_ids], ev.device[dev_ids], ev.stream[dev_ids]),
                                    (ev.rank[waits], ev.device[waits], ev.sync_stream[waits]))
     o = np.lexsort((lc.launch_k[dev_ids], sk))
     dev_ids, sk = dev_ids[o], sk[o]
     ustreams, sstart = np.unique(sk, return_index=True)
     return Streams(ids=dev_ids, keys=ustreams, starts=sstart, bounds=np.append(sstart, len(sk)),
-                   waits=waits, wait_keys=wait_sk, launch_k=lc.launch_k, end_k=ev.end_k)
+                   waits=waits, wait_keys=wait_sk, launch_k=lc.launch_k, end_k=ev.end_k,
+                   launch_end_k=np.where(lc.launch >= 0, ev.end_k[np.maximum(lc.launch, 0)],
+                                         lc.launch_k))
 
 
 def device_wait_edges(ev: EventArrays, st: Streams
@@ -206,8 +254,10 @@ def host_sync_edges(ev: EventArrays, lc: Launches, st: Streams
     # a host call that launched a host-wait marker (cuda_sync Stream/Context/Event Sync)
     marker = ev.is_dev & lc.has_launch & ev.host_marker
     host_sync[lc.launch[marker]] = True
-    # blocking copies: the launching call returned only after the copy finished
-    cp = ev.is_dev & lc.has_launch & ev.is_memcpy
+    # blocking copies: the launching call returned only after the copy finished (a copy from or
+    # to pinned memory, or device to device, is asynchronous: its call returning after it is
+    # a coincidence of timing, not a wait)
+    cp = ev.is_dev & lc.has_launch & ev.is_memcpy & ~ev.async_copy
     cpl = lc.launch[cp]
     blocking = ev.end_k[cp] <= ev.end_k[cpl]
     hs_src: list[np.ndarray] = [np.flatnonzero(cp)[blocking]]
@@ -215,7 +265,7 @@ def host_sync_edges(ev: EventArrays, lc: Launches, st: Streams
     hs_ids = np.flatnonzero(host_sync)
     if len(hs_ids) and len(st.keys):
         j, scope = _sync_scopes(ev, st, hs_ids)
-        src = st.last(j, ev.ts_k[scope], ev.end_k[scope])
+        src = st.last(j, ev.ts_k[scope], ev.end_k[scope], settled=True)
         ok = src >= 0
         hs_src.append(src[ok])
         hs_dst.append(scope[ok])

@@ -13,10 +13,14 @@ lies inside the gap, only if it began within the gap's first `RESUME_FRACTION`: 
 by the waiting thread, and a later start is a delay nothing explains) whose lag is the
 time from that end to the resume (the return latency), and the chain keeps only that latency.
 A gap that long with another thread that busy but no such end is *unexplained* (counted, not
-host work). Limits: a wait on a thread the trace does not record, or on several threads at
-once, is not inferred; worker threads' own idle gaps (an engine thread waiting for the next
-``backward`` call) are kept as measured, so a faster main thread does not start them earlier;
-the thresholds are assumed.
+host work). A worker thread that was idle when the wait began and took up work within the gap's
+first `RESUME_FRACTION` (the engine thread running the next ``backward``, not only its first)
+was started by it: the waiting thread's point before the gap → the worker's first point after
+its idle time began is a ``thread`` edge with the measured delay (counted as unexplained), and
+the worker's idle gap is dropped, so a faster main thread (or faster device work it waits on)
+starts it earlier. Limits: a wait on a thread the trace does not record, or on several threads
+at once, is not inferred; a worker's idle gap that no wait of the main thread starts is kept
+as measured; the thresholds are assumed.
 """
 
 from __future__ import annotations
@@ -68,13 +72,13 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
                             tuple[np.ndarray, np.ndarray], dict[str, object]]:
     """(source event ids, waiting positions, lags) of the ``thread`` edges, the positions of
     unexplained waits, (waiting position before the wait, first position of the thread it
-    started) pairs, and notes. ``track_names``: each track's name; the chain arrays are
+    started or restarted) pairs, and notes. ``track_names``: each track's name; the chain arrays are
     `replay.graph.chains.Chains`'."""
     src: list[int] = []
     pos: list[int] = []
     lag: list[float] = []
     unexplained: list[int] = []
-    started: dict[int, int] = {}  # thread started inside a wait -> the wait's position
+    started: dict[int, int] = {}  # first position of work started inside a wait -> the wait's
     work = ~ev.passive & ~ev.is_dev
     by_proc: dict[tuple[int, str], list[int]] = {}
     for t in range(len(track_names)):
@@ -133,8 +137,23 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
             hit = best_src >= 0
             for i in np.flatnonzero(hit).tolist():
                 b = int(best_thr[i])
-                if blocks[b][0][0] > w0[i]:  # the thread's first work: started by this wait
-                    started.setdefault(b, int(k[i] - 1))
+                bs, be = blocks[b][0], blocks[b][1]
+                if bs[0] > w0[i]:  # the thread's first work: started by this wait
+                    started.setdefault(int(track_ptr[b]), int(k[i] - 1))
+                    continue
+                # the thread idle when the wait began and taking up work right after it (the
+                # engine thread running the next ``backward``): restarted by this wait
+                nb = int(np.searchsorted(bs, w0[i], side="left"))
+                if (0 < nb < len(bs) and be[nb - 1] <= w0[i] and bs[nb] < w1[i]
+                        and bs[nb] - w0[i] <= RESUME_FRACTION * (w1[i] - w0[i])):
+                    ta, tz = int(track_ptr[b]), int(track_ptr[b + 1])
+                    # its first point after the idle time began (a point at the last work's
+                    # end is that work's)
+                    at = ta + int(np.searchsorted(tpos[ta:tz], max(w0[i], be[nb - 1]),
+                                                  side="right" if be[nb - 1] >= w0[i]
+                                                  else "left"))
+                    if at < tz:
+                        started.setdefault(at, int(k[i] - 1))
             src.extend(best_src[hit].tolist())
             pos.extend(k[hit].tolist())
             lag.extend((w1[hit] - best_end[hit]).tolist())
@@ -143,7 +162,7 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
     # a thread started inside a wait starts after the waiting thread's point before the wait (by
     # its measured lag), not pinned where it was measured: a delay before it moves it
     st_from = np.asarray(list(started.values()), dtype=np.int64)
-    st_to = np.asarray([int(track_ptr[b]) for b in started], dtype=np.int64)
+    st_to = np.asarray(list(started), dtype=np.int64)
     notes: dict[str, object] = {"thread_waits": len(src), "thread_waited_us": waited_us,
                                 "thread_waits_unexplained": len(unexplained),
                                 "threads_started": len(st_to)}

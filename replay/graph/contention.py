@@ -1,0 +1,98 @@
+"""Device contention (``contention`` edges): a kernel that waits for the compute units a kernel
+of another stream of its device holds.
+
+Streams of one device share its compute units. A kernel launched while a long kernel of another
+stream fills the device does not start when its own inputs are done but when that kernel drains:
+its measured ready lag (start − latest end of its inputs, launch included) is a wait on that
+kernel, not launch latency, and it shrinks when that kernel does. No flow event records it.
+
+The rule, per kernel (device work of a compute kind, or a collective: NCCL kernels need compute
+units to start too) whose ready lag is at least `MIN_WAIT_US`: if a kernel of another stream of
+the same rank and device (compute kinds only: a collective takes few units, a copy none) ran
+through at least the second half of its wait (started by then) and ended within ``[start −
+SLACK_US, start + tail]``, tail = min(`TAIL_US`, half the lag), it was waiting for that kernel:
+that kernel's end → its start is a ``contention`` edge. The nearest such end is taken. A kernel that starts
+before the other ends (by at most the tail) started while the other's last blocks drained: the
+edge starts it that *share* of the other's duration before the other's end
+(`Graph.contention_tail`, applied by the scheduler to the costed duration), so as measured it
+starts where it did and a faster blocker starts it earlier. Limits: a wait on several kernels at
+once is taken as a wait on the nearest; a kernel whose wait the trace records otherwise (an
+event no flow links) and that happens to start as another stream's kernel ends is taken as
+contention; the thresholds are assumed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mtia_trace import keys
+from replay.graph.events import EventArrays
+
+#: Shortest ready lag taken as a possible wait for compute units, us (assumed: an order of
+#: magnitude above a kernel launch latency, ~5-10 us on current GPUs).
+MIN_WAIT_US = 100.0
+#: How long before the other kernel's end the waiting one may start, us (assumed: the other
+#: kernel's last wave of blocks frees units before it ends; measured on a real A100 trace:
+#: 1-69 us before).
+TAIL_US = 100.0
+#: How long after the other kernel's end the waiting one may start, us (assumed: about a
+#: kernel-to-kernel gap on one stream).
+SLACK_US = 20.0
+#: Candidate ends each kernel looks through (ends sorted; a window of ``tail + SLACK_US`` us
+#: holds few).
+_LOOK = 64
+
+
+def contention_edges(ev: EventArrays, ready_lag: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, object]]:
+    """(src, dst, tail) of the ``contention`` edges (event ids: the kernel waited for → the
+    waiting kernel; ``tail``: how long before the source's measured end the waiting kernel
+    started, us, 0 when after), and notes. ``ready_lag``: each event's measured ready lag over
+    its other inputs."""
+    empty = np.zeros(0, dtype=np.int64)
+    is_kernel = ev.is_kernel
+    waiting = np.flatnonzero((is_kernel | (ev.is_dev & ev.is_comm)) & ~ev.dev_marker
+                             & (ready_lag >= MIN_WAIT_US))
+    blockers = np.flatnonzero(is_kernel & ~ev.dev_marker)
+    notes: dict[str, object] = {"contention_waits": 0, "contention_waited_us": 0.0}
+    if not len(waiting) or not len(blockers):
+        return empty, empty, np.zeros(0), notes
+    bk, wk = keys.joint_codes((ev.rank[blockers], ev.device[blockers]),
+                              (ev.rank[waiting], ev.device[waiting]))
+    # blockers by (device, end): one ascending array of ends per device, devices back to back
+    o = np.lexsort((ev.end[blockers], bk))
+    blockers, bk = blockers[o], bk[o]
+    b_end = ev.end[blockers]
+    w_ts, lag = ev.ts[waiting], ready_lag[waiting]
+    ready = w_ts - lag
+    tail = np.minimum(TAIL_US, 0.5 * lag)
+    lo_end, hi_end = w_ts - SLACK_US, w_ts + tail
+    grp_lo = np.searchsorted(bk, wk, side="left")
+    grp_hi = np.searchsorted(bk, wk, side="right")
+    # first blocker of the waiting kernel's device ending at or after lo_end: per device the
+    # ends ascend, so search the device's slice (offset by a monotone key per device)
+    span = float(b_end.max() - b_end.min()) + 1.0 if len(b_end) else 1.0
+    flat = bk * span + (b_end - b_end.min())
+    cur = np.searchsorted(flat, wk * span + (lo_end - b_end.min()), side="left")
+    cur = np.maximum(cur, grp_lo)
+    best = np.full(len(waiting), -1, dtype=np.int64)
+    best_d = np.full(len(waiting), np.inf)
+    for _ in range(_LOOK):
+        live = cur < grp_hi
+        if not live.any():
+            break
+        c = np.minimum(cur, len(blockers) - 1)
+        b = blockers[c]
+        live &= b_end[c] <= hi_end
+        ok = (live & (ev.stream[b] != ev.stream[waiting]) & (ev.ts[b] <= ready + 0.5 * lag)
+              & (b != waiting))
+        d = np.abs(b_end[c] - w_ts)
+        better = ok & (d < best_d)
+        best[better], best_d[better] = b[better], d[better]
+        cur = np.where(live, cur + 1, grp_hi)
+    hit = best >= 0
+    src, dst = best[hit], waiting[hit]
+    t = np.clip(ev.end[src] - ev.ts[dst], 0.0, None)
+    notes["contention_waits"] = int(hit.sum())
+    notes["contention_waited_us"] = float(lag[hit].sum())
+    return src, dst, t, notes
