@@ -102,3 +102,32 @@ def test_a_worker_thread_that_cannot_start_is_one_line(monkeypatch: pytest.Monke
         pa.lib.ArrowException("something else")))
     with pytest.raises(pa.lib.ArrowException):
         main(["inspect", "x.json"])
+
+
+#: A child that factorizes 2M distinct keys (`mtia_trace.keys.codes`, as the ingest's duplicate
+#: check does) with ``sys.argv[1]`` MB of address space left.
+FACTORIZE = textwrap.dedent("""
+    import resource, sys
+    import numpy as np
+    from mtia_trace import keys
+    v = np.arange(2_000_000, dtype=np.int64) * 7919 % 1_000_003_001
+    with open("/proc/self/status") as fh:
+        mapped = next(int(x.split()[1]) * 1024 for x in fh if x.startswith("VmSize:"))
+    room = mapped + int(sys.argv[1]) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (room, room))
+    try:
+        keys.codes(v)
+        print("ok")
+    except MemoryError:
+        print("MemoryError")
+""")
+
+
+def test_factorizing_without_room_is_a_memory_error() -> None:
+    # pandas' hash table does not check its allocations: with 16 or 32 MB left this was a
+    # SIGSEGV (1M events under 1 GiB in the fuzz campaign crashed here)
+    for room_mb in range(16, 161, 16):
+        r = subprocess.run([sys.executable, "-c", FACTORIZE, str(room_mb)], capture_output=True,
+                           text=True, timeout=120, check=False)
+        assert r.returncode == 0 and r.stdout.strip() in ("ok", "MemoryError"), \
+            (room_mb, r.returncode, r.stderr[-300:])
