@@ -133,6 +133,12 @@ def main() -> None:
         for i in range(args.cases):
             fam = names[i % len(names)]
             cases.append(families[fam](ws, random.Random(rng.random())))
+        # every case forks from here: what this process maps, each case holds before its own
+        # memory limit counts (Arrow's allocator alone maps 1 GiB)
+        loaded = [m for m in ("pyarrow", "numpy", "duckdb") if m in sys.modules]
+        if loaded:
+            sys.exit(f"fuzz campaign: building the cases loaded {', '.join(loaded)} in the "
+                     "parent; load it in the case's setup or check instead")
         table: dict[str, Counter] = defaultdict(Counter)
         examples: dict[tuple[str, str], list[str]] = defaultdict(list)
         t0 = time.perf_counter()

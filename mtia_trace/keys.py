@@ -12,8 +12,20 @@ import numpy as np
 import pandas as pd
 
 
+def _room_for_table(n: int) -> None:
+    """Take and free as much memory as factorizing ``n`` values needs, so that a shortage is a
+    `MemoryError` here: pandas' hash table (sized for ``n`` up front, buckets of 16 bytes at a
+    load factor of 0.77; the uniques it grows by doubling, the codes) does not check its own
+    allocations, and under an address-space limit (``ulimit -v``) a failed one is a SIGSEGV."""
+    if n > 1 << 16:
+        buckets = 1 << int(np.ceil(np.log2(n / 0.77 + 1)))
+        np.empty(16 * buckets + 48 * n, dtype=np.uint8)
+
+
 def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
-    codes, uniq = pd.factorize(np.asarray(values), use_na_sentinel=False)
+    values = np.asarray(values)
+    _room_for_table(len(values))
+    codes, uniq = pd.factorize(values, use_na_sentinel=False)
     return codes.astype(np.int64, copy=False), len(uniq)
 
 

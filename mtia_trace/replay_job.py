@@ -127,7 +127,7 @@ def _replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions,
         if whatifs:
             raise UsageError("--whatif: not yet applied on Dask workers; replay what-ifs "
                              "without --scheduler/--workers")
-        return _replay_distributed(trace, dests, models, opts, say)
+        return _replay_distributed(trace, dests, models, opts, say, warn)
 
     say(f"ingesting {trace}")
     t0 = time.perf_counter()
@@ -170,7 +170,8 @@ def _replay_trace(trace: Path, dests: dict[str, Path], opts: ReplayOptions,
 
 
 def _replay_distributed(trace: Path, dests: dict[str, Path], models: dict, opts: ReplayOptions,
-                        say: Callable[[str], None]) -> dict[str, pa.Table]:
+                        say: Callable[[str], None],
+                        warn: Callable[[str], None] | None = None) -> dict[str, pa.Table]:
     """`replay_trace` on Dask: one run per target, events/edges partitioned by rank."""
     if opts.loss_rate:
         raise UsageError("--loss-rate: loss draws are not yet partitioned across workers; "
@@ -182,7 +183,10 @@ def _replay_distributed(trace: Path, dests: dict[str, Path], models: dict, opts:
             say(f"replaying on {h} (distributed)")
             meta = {"hardware": h, "spec": spec, "seed": opts.seed,
                     "options": _options_meta(h, opts), "assumptions": {"spec": assumed}}
-            steps[h], _ = driver.replay_distributed(trace, model, dests[h], meta,
-                                                    client=client, force=opts.force,
-                                                    source_hw=opts.source_hw, progress=say)
+            steps[h], full = driver.replay_distributed(trace, model, dests[h], meta,
+                                                       client=client, force=opts.force,
+                                                       source_hw=opts.source_hw, progress=say)
+            if warn is not None and h == opts.hws[0]:  # the trace's: said once, as locally
+                for w in full.get("warnings", []):
+                    warn(w)
     return steps

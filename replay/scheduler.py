@@ -771,7 +771,14 @@ class _Pools:
         # pushes leave what `_heaps` builds from the same ends), else built again
         heaps = self._kept if self._kept is not None else self._heaps(end)
         U = np.flatnonzero(~self.settled)
-        horizon = float((ready[U] + self.dur[U]).min())
+        # the horizon: the earliest end among the events whose end may still move (unsettled,
+        # or settled with a wait this round); one settled without a wait leaves it, so a round
+        # that moves nothing settles every event in one pass
+        reach = ready + self.dur
+        by_reach = U[np.argsort(reach[U], kind="stable")].tolist()
+        gone = np.zeros(len(ev), dtype=bool)
+        hp = 0
+        horizon = float(reach[by_reach[0]])
         o = U[np.lexsort((ev[U], ready[U]))]
         # per pool, the unsettled events in FIFO order; a pool's head is the next to settle
         by_pool = o[np.argsort(self.pool[o], kind="stable")]
@@ -820,6 +827,11 @@ class _Pools:
             self.settled[mem] = True
             delayed |= waits
             progress = True
+            if not waits:
+                gone[mem] = True
+                while hp < len(by_reach) and gone[by_reach[hp]]:
+                    hp += 1
+                horizon = float(reach[by_reach[hp]]) if hp < len(by_reach) else np.inf
         assert progress, ("resource pools do not converge: collectives wait for each other's "
                           "units in a cycle")
         self._kept = None if delayed else heaps

@@ -101,3 +101,84 @@ def test_a_plain_trace_has_no_oddity(tmp_path: Path, capsys: pytest.CaptureFixtu
     path.write_text(json.dumps(trace_doc(steps=3)))
     code, out = _inspect(path, capsys)
     assert code == 0 and isinstance(out, dict) and out["warnings"] == []
+
+
+def test_checks_across_ranks_on_shards_equal_those_of_one_load(tmp_path: Path) -> None:
+    # a distributed ingest reads the ranks in parts: the checks across ranks run on every
+    # part's facts together and give what one load of all ranks gives, for a consistent trace,
+    # an edited one and a 2-of-4-ranks part (which alone would say "world_size is 4 but 2")
+    from mtia_trace.ingest import cross_rank_warnings, load
+
+    docs = synth_docs(tmp_path, ranks=4, steps=2)
+    for kind in ("none", "size_x1000", "seq_off_by_one", "step_fewer", "rank_99"):
+        trace = write_docs(docs if kind == "none" else docs | {2: edit(docs, kind, rank=2)},
+                           tmp_path / kind)
+        whole = load(trace)
+        files = sorted(trace.iterdir())
+        for parts in ([files[:2], files[2:]], [[f] for f in files]):
+            loaded = [load(p, cross_rank=False) for p in parts]
+            got = [w for t in loaded for w in t.warnings] + \
+                cross_rank_warnings([t.cross for t in loaded])  # type: ignore[misc]
+            assert sorted(got) == sorted(whole.warnings), (kind, len(parts))
+        if kind != "none":
+            assert any(NEEDLES[kind] in w for w in whole.warnings), kind
+
+
+def test_distributed_replay_writes_the_warnings_across_ranks(tmp_path: Path) -> None:
+    # one rank per shard: no shard sees another rank, yet run.json carries the warnings
+    # across ranks a single-process replay writes, and swapped sequence numbers are refused
+    # with the single-process replay's words (a shard saw only its own ranks' order)
+    distributed = pytest.importorskip("distributed")
+    from mtia_trace.errors import TraceFormatError
+    from mtia_trace.replay_job import ReplayOptions, cost_model, replay_trace
+    from replay.distributed import driver
+
+    docs = synth_docs(tmp_path, ranks=4, steps=1)
+    trace = write_docs(docs | {2: edit(docs, "size_x1000", rank=2)}, tmp_path / "t")
+    swapped = write_docs(docs | {2: edit(docs, "swapped_seq", rank=2)}, tmp_path / "sw")
+    one = tmp_path / "one"
+    assert main(["replay", str(trace), "--hw", "mtia300", "-o", str(one), "-q"]) == 0
+    local = json.loads((only_run(one) / "run.json").read_text())["warnings"]
+    assert any(NEEDLES["size_x1000"] in w for w in local), local
+    opts = ReplayOptions(hws=["mtia300"])
+    with pytest.raises(TraceFormatError) as alone:
+        replay_trace(swapped, {"mtia300": tmp_path / "sw1"}, opts)
+    model, spec, _ = cost_model("mtia300", opts)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        _, meta = driver.replay_distributed(trace, model, tmp_path / "two", {"hardware": "mtia300"},
+                                            client=client, shards=4)
+        with pytest.raises(TraceFormatError) as shards:
+            driver.replay_distributed(swapped, model, tmp_path / "sw2", {}, client=client,
+                                      shards=2)
+    written = json.loads((tmp_path / "two" / "run.json").read_text())["warnings"]
+    assert written == meta["warnings"]
+    assert sorted(written) == sorted(local), (written, local)
+    assert str(shards.value) == str(alone.value)
+    assert "rank 2 runs" in str(shards.value)
+    assert not (tmp_path / "sw2").exists()
+
+
+def test_peer_check_is_worked_per_group_not_per_collective(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # 400 all-reduces on 2 ranks of one group: what a collective must find is worked out once
+    # for the group (it was once per collective, a pandas lookup each: 20,000 took seconds)
+    from mtia_trace.ingest import consistency, load
+
+    for r in (0, 1):
+        ev = [{"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+               "ts": 1000.0 + 10 * i, "dur": 5.0,
+               "args": {"Seq": i, "Collective name": "allreduce", "In msg nelems": 1024,
+                        "Out msg nelems": 1024, "dtype": "Float", "Group size": 2,
+                        "Process Group Name": "0"}} for i in range(400 - r)]
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(
+            {"traceEvents": ev, "distributedInfo": {"rank": r, "world_size": 2}}))
+    calls = []
+    orig = consistency._expected
+    monkeypatch.setattr(consistency, "_expected", lambda *a: calls.append(a) or orig(*a))
+    warned = [w for w in load(tmp_path).warnings if "did not find all their peers" in w]
+    assert len(calls) == 1, len(calls)
+    # the one collective rank 1 lacks is still found and named
+    assert warned and warned[0].startswith("1 of 400 collectives") and "seq 399" in warned[0], \
+        warned

@@ -341,6 +341,36 @@ def test_worklist_work_per_round_does_not_grow_with_the_trace(monkeypatch):
     assert per_round[1] <= 1.25 * per_round[0], per_round
 
 
+def test_pool_rounds_do_not_grow_with_the_trace(monkeypatch):
+    # collectives one after another on a pool no event waits for: settling one without a wait
+    # moves nothing, so the next is final in the same round; one round for 8 and for 256 of
+    # them (it was one round per collective, each round a pass over every pool event)
+    from replay.scheduler import _Pools
+
+    rounds = {}
+    orig = _Pools.commit
+
+    def counted(self, s, res_x):
+        out = orig(self, s, res_x)
+        rounds[n] = self.rounds
+        return out
+
+    monkeypatch.setattr(_Pools, "commit", counted)
+    for n in (8, 256):
+        t = _ping_pong(n)
+        g = build_graph(t)
+        dur = t.column("dur_us").to_numpy()
+        is_dev = t.column("is_device").to_numpy(zero_copy_only=False)
+        rank = t.column("rank").to_numpy()
+        resource = np.where(is_dev, rank, -1).astype(np.int32)
+        capacity = np.ones(2, dtype=np.int32)
+        s = schedule(g, dur, resource, capacity)
+        ref, _ = reference_pool_schedule(g, dur, resource, capacity) if n == 8 else (s.T, None)
+        assert np.allclose(s.T, ref, rtol=0, atol=1e-9)
+        assert (s.queue == 0).all()
+    assert rounds[256] == rounds[8] == 1, rounds
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 150), min_size=1, max_size=40), st.data())
 def test_segment_running_maximum(lens, data):

@@ -11,6 +11,7 @@ import none of them, so they do not pay for pyarrow, DuckDB, pandas or matplotli
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -202,8 +203,58 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = saved
 
 
+#: Bytes passed on the stack to grow it up front under an address-space limit (the stack grows
+#: by one to two times this; at most a quarter of the stack limit is passed).
+STACK_RESERVE = 2 * 2**20
+_stack_reserved = False
+
+
+def _reserve_stack() -> None:
+    """Under an address-space limit (``ulimit -v``, RLIMIT_AS), grow the main thread's stack
+    now. The stack grows on demand and each growth counts against that limit: once the heap has
+    taken the rest, a native call that goes deeper than the stack has been so far (a sort, a
+    decoder's recursion) is killed by SIGSEGV instead of raising MemoryError. Passing a struct
+    by value through ctypes places it on the stack (about twice: the call and the callback's
+    copy), which the kernel keeps mapped: tens of milliseconds, once per process, only under a
+    limit. Raises `MemoryError` when the limit leaves no room for that (nothing could run)."""
+    global _stack_reserved
+    if _stack_reserved or not sys.platform.startswith("linux"):
+        return
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        _stack_reserved = True
+        return
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    size = STACK_RESERVE if stack == resource.RLIM_INFINITY else min(STACK_RESERVE, stack // 4)
+    # the block, up to twice it on the stack, the callback's copy, with room to spare
+    if limit - _mapped_bytes() < 8 * size:
+        raise MemoryError
+    import ctypes
+
+    class _Block(ctypes.Structure):
+        _fields_ = [("b", ctypes.c_char * size)]
+
+    ctypes.CFUNCTYPE(None, _Block)(lambda _b: None)(_Block())
+    _stack_reserved = True
+
+
+def _mapped_bytes() -> int:
+    """The process's mapped address space (VmSize), what RLIMIT_AS bounds; 0 if unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def _run(argv: list[str] | None) -> int:
     try:
+        _reserve_stack()
         app(args=argv, prog_name="mtia-trace")
     except KeyboardInterrupt:  # raised outside typer's own handling (e.g. while it starts)
         typer.echo(INTERRUPTED, err=True)
@@ -222,16 +273,46 @@ def _run(argv: list[str] | None) -> int:
     except MemoryError:
         typer.echo(f"mtia-trace: error: {OUT_OF_MEMORY}", err=True)
         return 2
+    except ImportError as exc:
+        if not _no_room_to_load(exc):
+            raise
+        typer.echo(f"mtia-trace: error: {OUT_OF_MEMORY}", err=True)
+        return 2
     except OSError as exc:
+        if exc.errno == errno.ENOMEM:  # the kernel's out of memory (an import's directory scan)
+            typer.echo(f"mtia-trace: error: {OUT_OF_MEMORY}", err=True)
+            return 2
         if not disk_full(exc):
             raise
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         typer.echo(f"mtia-trace: error: {where}{DISK_FULL}", err=True)
         return 2
+    except Exception as exc:
+        if not _no_room_for_thread(exc):  # Arrow's own error type, not imported here
+            raise
+        typer.echo(f"mtia-trace: error: {OUT_OF_MEMORY}", err=True)
+        return 2
     return 0
 
 
-#: The one line a `MemoryError` anywhere prints.
+def _no_room_to_load(exc: ImportError) -> bool:
+    """Whether a library could not be loaded for want of address space (the loader's words
+    when mmap fails under ``ulimit -v``: the libraries a command loads late, such as DuckDB's
+    or Arrow's compute, are loaded once the memory is short)."""
+    text = str(exc)
+    return "failed to map segment from shared object" in text or \
+        "cannot allocate memory" in text.lower()
+
+
+def _no_room_for_thread(exc: BaseException) -> bool:
+    """Whether Arrow could not start a worker thread (its stack no longer fits the address
+    space under ``ulimit -v``: "Failed to launch worker thread: Resource temporarily
+    unavailable")."""
+    return type(exc).__module__.startswith("pyarrow") and \
+        "Failed to launch worker thread" in str(exc)
+
+
+#: The one line a `MemoryError` anywhere prints (or a library that no longer fits).
 OUT_OF_MEMORY = ("out of memory; nothing was written. Free memory, raise the process's memory "
                  "limit, or give a smaller input (fewer ranks or steps)")
 #: The one line a full disk (or quota) prints; writers leave nothing half-written behind.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,6 +43,9 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     readers: int = 1                   # processes that read the files (`readers.read_all`)
+    #: with ``load(..., cross_rank=False)``: what the checks across ranks need, for
+    #: `cross_rank_warnings` once every rank's trace is read (a distributed ingest)
+    cross: consistency.Facts | None = None
 
     @property
     def ranks(self) -> list[int]:
@@ -118,10 +122,14 @@ def trace_files(path: Path) -> list[Path]:
 
 
 def load(paths: str | Path | Iterable[str | Path],
-         progress: Callable[[str, int, int], None] | None = None) -> Trace:
+         progress: Callable[[str, int, int], None] | None = None, *,
+         cross_rank: bool = True) -> Trace:
     """Read one or more Kineto traces (one per rank) into a `Trace`.
 
     :param progress: called as ``progress(path, i, n)`` before each file is read.
+    :param cross_rank: run the checks across ranks (world size, clock skew, `consistency`);
+        False when these are some of the job's ranks: `Trace.cross` then holds what the checks
+        need, and `cross_rank_warnings` runs them on those of every part.
     """
     items = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not items:
@@ -137,20 +145,40 @@ def load(paths: str | Path | Iterable[str | Path],
         try:
             raws, readers = read_all(files, progress)
             warnings = _assign_ranks(raws)
+            if cross_rank:
+                warnings += _world_size_count({r.info.rank: r.info.distributed_info
+                                               for r in raws})
             events, more = build(raws)
         finally:
             if gc_was_on:
                 gc.enable()
         warnings += more + skipped
-        warnings += _clock_skew(events)
+        # a single rank's own load needs no facts across ranks
+        cross = consistency.facts(events, [r.info for r in raws]) \
+            if len(raws) > 1 or not cross_rank else None
+        if cross is not None and cross_rank:
+            warnings += _clock_skew(cross.steps, len(pc.unique(events.column("rank"))))
         warnings += anomalies.check(events)
         warnings += oddities.check(events)
-        warnings += consistency.check(events, [r.info for r in raws])
+        if cross is not None and cross_rank:
+            warnings += consistency.check_facts(cross)
     heap.release()  # the columns the table consumed, the checks' intermediates
     kinds = events.column("kind").value_counts()
     counts = {d["values"]: d["counts"] for d in kinds.to_pylist()}
     return Trace(events=events, files=[r.info for r in raws], warnings=warnings,
-                 counts=dict(sorted(counts.items(), key=lambda kv: -kv[1])), readers=readers)
+                 counts=dict(sorted(counts.items(), key=lambda kv: -kv[1])), readers=readers,
+                 cross=None if cross_rank else cross)
+
+
+def cross_rank_warnings(parts: list[consistency.Facts]) -> list[str]:
+    """The checks across ranks that ``load(..., cross_rank=False)`` left out, on the
+    `Trace.cross` of every part of the job (disjoint sets of ranks): the warnings ``load``
+    gives when it reads all of them at once."""
+    if not parts:
+        return []
+    f = consistency.combine(parts)
+    return (_world_size_count(f.dist) + _clock_skew(f.steps, len(f.dist))
+            + consistency.check_facts(f))
 
 
 def _assign_ranks(raws: list[RawFile]) -> list[str]:
@@ -180,22 +208,23 @@ def _assign_ranks(raws: list[RawFile]) -> list[str]:
                 "pass one trace per rank (remove duplicates or traces of other runs)"
             )
         seen[r.info.rank] = r.info.path
-    if len(raws) > 1:
-        sizes = {r.info.distributed_info.get("world_size") for r in raws} - {None}
-        if len(sizes) == 1 and (ws := sizes.pop()) != len(raws):
-            warnings.append(f"world_size is {ws} but {len(raws)} rank traces were given; "
-                            "collectives with absent ranks cannot be matched")
     return warnings
 
 
-def _clock_skew(events: pa.Table) -> list[str]:
-    """Compare the start of the same ProfilerStep across ranks."""
-    ranks = pc.unique(events.column("rank")).to_pylist()
-    if len(ranks) < 2:
-        return []
-    mask = pc.starts_with(events.column("name"), "ProfilerStep#")
-    steps = events.filter(mask).select(["rank", "name", "ts_us"]).to_pandas()
-    if steps.empty:
+def _world_size_count(dist: dict[int, dict]) -> list[str]:
+    """A world_size the ranks agree on that is not the number of ranks given."""
+    if len(dist) > 1:
+        sizes = {d.get("world_size") for d in dist.values()} - {None}
+        if len(sizes) == 1 and (ws := sizes.pop()) != len(dist):
+            return [f"world_size is {ws} but {len(dist)} rank traces were given; "
+                    "collectives with absent ranks cannot be matched"]
+    return []
+
+
+def _clock_skew(steps: pd.DataFrame, nranks: int) -> list[str]:
+    """Compare the start of the same ProfilerStep across ``nranks`` ranks (``steps``: rank,
+    name, ts_us of the ProfilerStep annotations)."""
+    if nranks < 2 or steps.empty:
         return []
     spread = steps.groupby("name")["ts_us"].agg(lambda s: float(np.ptp(s.to_numpy())))
     worst = float(spread.max()) if len(spread) else 0.0

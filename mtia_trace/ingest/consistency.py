@@ -21,6 +21,7 @@ Each check returns at most one warning, with a count and the first case:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,13 +38,85 @@ _SAME_BYTES = {"all_reduce": ("bin", "bout"), "broadcast": ("bin",), "reduce": (
 _RTOL = 1e-9
 
 
+@dataclass
+class Facts:
+    """What the checks read from the events of some ranks: a row per step and per collective
+    instance per rank. Facts of disjoint sets of ranks (the shards of a distributed replay)
+    `combine` into those of all of them."""
+
+    #: rank -> that rank's distributedInfo
+    dist: dict[int, dict]
+    #: rank, name, step, ts_us of every ProfilerStep annotation
+    steps: pd.DataFrame
+    #: one row per collective per rank: pg, coll_seq, rank, op, bin, bout, g, pg_ranks
+    per: pd.DataFrame
+    #: per collective per rank, the instance the replay matches (device ones first, then the
+    #: earliest): pg, coll_seq, rank, track, ts
+    inst: pd.DataFrame
+
+
 def check(events: pa.Table, files: list[Any]) -> list[str]:
     """Warnings about ranks that disagree (none for a single rank)."""
-    ranks = sorted({int(f.rank) for f in files})
+    return check_facts(facts(events, files))
+
+
+def check_facts(f: Facts) -> list[str]:
+    """`check` on facts gathered (and combined) beforehand."""
+    ranks = sorted(f.dist)
     if len(ranks) < 2:
         return []
-    return (_distributed_info(files) + _steps(events, ranks)
-            + _collectives(events, ranks))
+    return _distributed_info(f.dist) + _steps(f.steps, ranks) + _collectives(f, ranks)
+
+
+def combine(parts: list[Facts]) -> Facts:
+    """The facts of all ranks from those of disjoint sets of them."""
+    def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    return Facts(dist={r: d for f in parts for r, d in f.dist.items()},
+                 steps=cat([f.steps for f in parts]), per=cat([f.per for f in parts]),
+                 inst=cat([f.inst for f in parts]))
+
+
+def facts(events: pa.Table, files: list[Any]) -> Facts:
+    """The `Facts` of ``events`` read from ``files`` (their rank and distributedInfo)."""
+    dist = {int(f.rank): f.distributed_info if isinstance(f.distributed_info, dict) else {}
+            for f in files}
+    mask = pc.fill_null(pc.starts_with(events.column("name"), "ProfilerStep#"), False)
+    steps = events.filter(mask).select(["rank", "name", "step", "ts_us"]).to_pandas()
+    per, inst = _instances(events)
+    return Facts(dist=dist, steps=steps, per=per, inst=inst)
+
+
+def _instances(events: pa.Table) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per collective per rank, the instance of each the replay matches)."""
+    seq = events.column("coll_seq").to_numpy()
+    kind = events.column("kind")
+    is_comm = pc.fill_null(pc.is_in(kind, pa.array(list(COMM_KINDS))), False).to_numpy(
+        zero_copy_only=False)
+    # as the replay matches them: instances with a process group and a sequence number
+    has_pg = events.column("pg").is_valid().to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(is_comm & (seq >= 0) & has_pg)
+    t = events.take(pa.array(rows, type=pa.int64())).select(
+        ["rank", "pg", "coll_seq", "coll_op", "coll_bytes_in", "coll_bytes_out", "group_size",
+         "pg_ranks", "is_device", "track", "ts_us"])
+    df = t.drop_columns(["track", "ts_us"]).to_pandas()
+    df["group_size"] = df["group_size"].where(df["group_size"] > 0)
+    # one row per collective per rank: the op of its device instance (the one the replay
+    # matches) else of its host events, its largest sizes, the smallest group size recorded
+    df = df.sort_values("is_device", ascending=False, kind="stable")
+    per = df.groupby(["pg", "coll_seq", "rank"], sort=True).agg(
+        op=("coll_op", "first"), bin=("coll_bytes_in", "max"), bout=("coll_bytes_out", "max"),
+        g=("group_size", "min"), pg_ranks=("pg_ranks", "first")).reset_index()
+    per["op"] = per["op"].fillna("")
+    per["g"] = per["g"].fillna(0).astype(np.int64)
+    inst = t.select(["rank", "pg", "coll_seq", "is_device"]).to_pandas()
+    inst["track"] = pd.Series(t.column("track").to_pylist(), dtype=object)
+    inst["ts"] = t.column("ts_us").to_numpy()
+    inst = inst.sort_values(["pg", "coll_seq", "rank", "is_device", "ts"],
+                            ascending=[True, True, True, False, True])
+    inst = inst.drop_duplicates(["pg", "coll_seq", "rank"]).drop(columns="is_device")
+    return per, inst.reset_index(drop=True)
 
 
 def _span(ranks: list[int]) -> str:
@@ -68,10 +141,8 @@ def _odd_one(values: dict[int, Any]) -> str:
     return "; ".join(f"{v} on rank{'s' if len(rs) > 1 else ''} {_span(rs)}" for v, rs in parts)
 
 
-def _distributed_info(files: list[Any]) -> list[str]:
+def _distributed_info(dist: dict[int, dict]) -> list[str]:
     out = []
-    dist = {int(f.rank): f.distributed_info if isinstance(f.distributed_info, dict) else {}
-            for f in files}
     ws = {r: d["world_size"] for r, d in dist.items()
           if isinstance(d.get("world_size"), int) and not isinstance(d.get("world_size"), bool)}
     if len(set(ws.values())) > 1:
@@ -95,12 +166,10 @@ def _distributed_info(files: list[Any]) -> list[str]:
     return out
 
 
-def _steps(events: pa.Table, ranks: list[int]) -> list[str]:
-    mask = pc.fill_null(pc.starts_with(events.column("name"), "ProfilerStep#"), False)
-    t = events.filter(mask).select(["rank", "step"])
-    if not t.num_rows:
+def _steps(steps: pd.DataFrame, ranks: list[int]) -> list[str]:
+    if not len(steps):
         return []
-    rank, step = t.column("rank").to_numpy(), t.column("step").to_numpy()
+    rank, step = steps["rank"].to_numpy(), steps["step"].to_numpy()
     sets = {r: frozenset(step[rank == r].tolist()) for r in ranks}
     if len(set(sets.values())) <= 1:
         return []
@@ -117,29 +186,10 @@ def _steps(events: pa.Table, ranks: list[int]) -> list[str]:
             "iterations"]
 
 
-def _collectives(events: pa.Table, ranks: list[int]) -> list[str]:
-    seq = events.column("coll_seq").to_numpy()
-    kind = events.column("kind")
-    is_comm = pc.fill_null(pc.is_in(kind, pa.array(list(COMM_KINDS))), False).to_numpy(
-        zero_copy_only=False)
-    # as the replay matches them: instances with a process group and a sequence number
-    has_pg = events.column("pg").is_valid().to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(is_comm & (seq >= 0) & has_pg)
-    if not len(rows):
+def _collectives(f: Facts, ranks: list[int]) -> list[str]:
+    per = f.per
+    if not len(per):
         return []
-    t = events.take(pa.array(rows)).select(["rank", "pg", "coll_seq", "coll_op",
-                                            "coll_bytes_in", "coll_bytes_out", "group_size",
-                                            "pg_ranks", "is_device", "track", "ts_us"])
-    df = t.drop_columns(["track", "ts_us"]).to_pandas()
-    df["group_size"] = df["group_size"].where(df["group_size"] > 0)
-    # one row per collective per rank: the op of its device instance (the one the replay
-    # matches) else of its host events, its largest sizes, the smallest group size recorded
-    df = df.sort_values("is_device", ascending=False, kind="stable")
-    per = df.groupby(["pg", "coll_seq", "rank"], sort=True).agg(
-        op=("coll_op", "first"), bin=("coll_bytes_in", "max"), bout=("coll_bytes_out", "max"),
-        g=("group_size", "min"), pg_ranks=("pg_ranks", "first")).reset_index()
-    per["op"] = per["op"].fillna("")
-    per["g"] = per["g"].fillna(0).astype(np.int64)
     given = set(ranks)
     out = []
     coll = per.groupby(["pg", "coll_seq"], sort=True)
@@ -148,25 +198,30 @@ def _collectives(events: pa.Table, ranks: list[int]) -> list[str]:
     def name(pg: str, s: int, op: str) -> str:
         return f"{op or 'collective'} seq {s} of process group {pg!r}"
 
-    # peers: the ranks of its group that were given
-    short: list[str] = []
-    n_short = 0
-    members = coll["rank"].agg(list)
+    # peers: the ranks of its group that were given; what a collective must find depends on
+    # its group's rank list and size only, worked once per distinct pair
     first = coll.first()
-    for (pg, s), rs in members.items():
-        row = first.loc[(pg, s)]
-        expect, peers = _expected(row["pg_ranks"], int(row["g"]), given)
-        if expect is not None and len(rs) < expect:
-            n_short += 1
-            if not short:
-                gone = sorted(peers - set(rs)) if peers else []
-                short.append(f"{name(pg, s, row['op'])} on rank{'s' if len(rs) > 1 else ''} "
-                             f"{_span(sorted(rs))} of {expect}"
-                             + (f", none on rank{'s' if len(gone) > 1 else ''} {_span(gone)}"
-                                if gone else ""))
-    if n_short:
-        out.append(f"{n_short} of {n_coll} collectives did not find all their peers (first: "
-                   f"{short[0]}): a rank is missing a collective or numbers them differently "
+    found = coll.size().to_numpy()
+    known: dict[tuple[Any, int], tuple[int | None, set[int]]] = {}
+    keys = [(p if isinstance(p, str) else None, int(g))
+            for p, g in zip(first["pg_ranks"].tolist(), first["g"].tolist())]
+    for k in set(keys):
+        known[k] = _expected(k[0], k[1], given)
+    expect = np.array([-1 if known[k][0] is None else known[k][0] for k in keys],
+                      dtype=np.int64)
+    short = np.flatnonzero((expect >= 0) & (found < expect))
+    if len(short):
+        i = int(short[0])
+        pg, s = first.index[i]
+        rs = sorted(int(r) for r in per.loc[(per["pg"] == pg) & (per["coll_seq"] == s),
+                                            "rank"])
+        peers = known[keys[i]][1]
+        gone = sorted(peers - set(rs)) if peers else []
+        said = (f"{name(pg, s, first['op'].iloc[i])} on rank{'s' if len(rs) > 1 else ''} "
+                f"{_span(rs)} of {expect[i]}"
+                + (f", none on rank{'s' if len(gone) > 1 else ''} {_span(gone)}" if gone else ""))
+        out.append(f"{len(short)} of {n_coll} collectives did not find all their peers (first: "
+                   f"{said}): a rank is missing a collective or numbers them differently "
                    "(Seq); unmatched instances replay without waiting for their peers")
     multi = per[coll["rank"].transform("size") > 1]
     if not len(multi):
@@ -183,32 +238,40 @@ def _collectives(events: pa.Table, ranks: list[int]) -> list[str]:
                        f"seq {s} of process group {pg!r}: {_odd_one(vals)[:200]}): "
                        "the ranks' Seq numbers or traces disagree")
     out += _bytes(multi, g2)
-    out += _order(t, multi)
+    out += _order(f.inst, multi)
     return out
 
 
-def _order(t: pa.Table, multi: pd.DataFrame) -> list[str]:
+def _order(inst: pd.DataFrame, multi: pd.DataFrame) -> list[str]:
+    said = _cycle(inst, multi)
+    return [] if said is None else [f"{said}; a replay of this trace is refused"]
+
+
+def cycle(f: Facts) -> str | None:
+    """The words naming collectives that wait on each other across ranks (the refusal of
+    `replay.graph.collectives`, from the facts alone), or None."""
+    if not len(f.per):
+        return None
+    n = f.per.groupby(["pg", "coll_seq"], sort=True)["rank"].transform("size")
+    return _cycle(f.inst, f.per[n > 1])
+
+
+def _cycle(inst: pd.DataFrame, multi: pd.DataFrame) -> str | None:
     """The cycle check on each collective's instance per rank the replay would match (device
     ones first, then the earliest), among the collectives found on several ranks."""
-    df = t.select(["rank", "pg", "coll_seq", "is_device"]).to_pandas()
-    df["track"] = pd.factorize(pd.Series(t.column("track").to_pylist()))[0] \
-        if "track" in t.column_names else 0
-    df["ts"] = t.column("ts_us").to_numpy() if "ts_us" in t.column_names else 0.0
-    keep = df.merge(multi[["pg", "coll_seq"]].drop_duplicates(), on=["pg", "coll_seq"])
-    keep = keep.sort_values(["pg", "coll_seq", "rank", "is_device", "ts"],
-                            ascending=[True, True, True, False, True])
-    keep = keep.drop_duplicates(["pg", "coll_seq", "rank"])
+    keep = inst.merge(multi[["pg", "coll_seq"]].drop_duplicates(), on=["pg", "coll_seq"])
+    keep = keep.sort_values(["pg", "coll_seq", "rank"])
     if not len(keep):
-        return []
+        return None
+    keep = keep.assign(track=pd.factorize(keep["track"])[0])
     gid = keep.groupby(["pg", "coll_seq"], sort=False).ngroup().to_numpy()
     found = order_cycle(keep["rank"].to_numpy(), keep["track"].to_numpy(),
                         keep["ts"].to_numpy(), gid)
     if found is None:
-        return []
+        return None
     first = keep.assign(gid=gid).drop_duplicates("gid").set_index("gid")
-    return [cycle_message(found, lambda k: f"seq {first.loc[k, 'coll_seq']} of process group "
-                                           f"{first.loc[k, 'pg']!r}")
-            + "; a replay of this trace is refused"]
+    return cycle_message(found, lambda k: f"seq {first.loc[k, 'coll_seq']} of process group "
+                                          f"{first.loc[k, 'pg']!r}")
 
 
 def order_cycle(rank: np.ndarray, track: np.ndarray, ts: np.ndarray, gid: np.ndarray

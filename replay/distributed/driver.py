@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from mtia_trace.errors import TraceFormatError, UsageError
-from mtia_trace.ingest import trace_files
+from mtia_trace.ingest import consistency, cross_rank_warnings, trace_files
 from mtia_trace.storage import begin_run, partition_path, write_run
 from replay import pipeline
 from replay.attribution import unexplained_summary
@@ -174,6 +174,16 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
                     "its rank (distributedInfo.rank or 'rank<N>' in the file name)")
             owner[r] = i
     ranks = sorted(owner)
+    # each shard's own warnings, then those across ranks, which need every shard's facts; a
+    # trace no schedule satisfies is refused here, as in one process, before any shard works
+    cross = consistency.combine([f["cross"] for f in facts])
+    refused = consistency.cycle(cross)
+    if refused is not None:
+        raise TraceFormatError(f"{refused}; fix or re-export the rank's trace")
+    for f in facts:
+        if f.get("refused"):
+            raise TraceFormatError(f["refused"])
+    warnings = [w for f in facts for w in f["warnings"]] + cross_rank_warnings([cross])
     rows = {r: facts[owner[r]]["rows"][r] for r in ranks}
     offsets = dict(zip(ranks, np.concatenate([[0], np.cumsum([rows[r] for r in ranks])[:-1]])
                        .astype(int).tolist()))
@@ -241,7 +251,7 @@ def replay_distributed(trace: Path, model: object, dest: Path, meta: dict, *, cl
         notes["coupling_iterations"] = iterations
         full = dict(meta)
         full["traces"] = [d for f in facts for d in f["files"]] or [{"path": str(trace)}]
-        full["warnings"] = [w for f in facts for w in f["warnings"]]
+        full["warnings"] = warnings
         full.setdefault("assumptions", {})["model"] = notes
         full["timings_s"] = {"ingest": round(t_ingest, 4), "replay": round(t_replay, 4)}
         full["unexplained"] = unexplained_summary(steps)

@@ -21,7 +21,8 @@ import pandas as pd
 import pyarrow as pa
 
 from mtia_trace import schema
-from mtia_trace.ingest import file_facts, load
+from mtia_trace.errors import TraceFormatError
+from mtia_trace.ingest import consistency, file_facts, load
 from mtia_trace.storage import partition_path, write_partition
 from replay import pipeline
 from replay.graph import Graph, build_graph
@@ -44,21 +45,31 @@ class Ingested:
     t0: float                 # earliest ts (inf when empty)
     members: pd.DataFrame     # MEMBER_COLS: chosen collective instances of the shard's ranks
     devices: list[str]
+    cross: consistency.Facts  # what the checks across ranks need (run on every shard's)
+    #: why the shard's own ranks cannot be scheduled (collectives that wait on each other), or
+    #: None: the driver says it after its check over every rank, which names the right ones
+    refused: str | None = None
 
 
 def ingest(paths: list[str]) -> Ingested:
     """Read the shard's trace files and find its collective instances."""
-    tr = load([Path(p) for p in paths])
+    tr = load([Path(p) for p in paths], cross_rank=False)  # across shards: by the driver
     ev = tr.events
     rank = ev.column("rank").to_numpy()
     ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
     devices = [str(p.get("name")) for f in tr.files for p in (f.device_properties or [])
                if isinstance(p, dict) and p.get("name")]
+    refused = None
+    try:
+        members = _members(ev)
+    except TraceFormatError as exc:
+        members, refused = pd.DataFrame({c: [] for c in MEMBER_COLS}), str(exc)
     return Ingested(events=ev, files=file_facts(tr), warnings=[str(w) for w in tr.warnings],
                     ranks=ranks.tolist(), rows=dict(zip(ranks.tolist(), counts.tolist())),
                     start=dict(zip(ranks.tolist(), first.tolist())),
                     t0=float(ev.column("ts_us").to_numpy().min()) if ev.num_rows else np.inf,
-                    members=_members(ev), devices=devices)
+                    members=members, devices=devices,
+                    cross=tr.cross, refused=refused)  # type: ignore[arg-type]
 
 
 def facts(ing: Ingested) -> dict:
