@@ -84,9 +84,10 @@ PRESETS: dict[str, Model] = {
         " 55296 on 8 ranks (NVIDIA config_DGXH100_1x8x6912), FP16 mixed precision, fused TBE,"
         " CUDA-graph launches, FP32 tables (the submission's planner budgets FP32 weight and"
         " accumulator), auto sharding (balanced by lookup bytes, heaviest tables split"
-        " column-wise, as the submission's planner balances hotness), HugeCTR's pipeline order"
+        " column-wise, as the submission's planner balances hotness), HugeCTR's training program"
         " (input distributed a step ahead, bottom MLP beside the pooled-embedding exchange, one"
-        " dense all-reduce after the backward)", framework="hugectr"),
+        " dense all-reduce after the backward, bias/ReLU in GEMM epilogues, fused DCN"
+        " element-wise kernels)", framework="hugectr"),
     "rec-150b": _dcnv2(
         "rec-150b", _rec150b_rows(), DCNV2_POOLING * REC150B_TABLE_COPIES,
         MLPERF_DCNV2_BATCH // MLPERF_DCNV2_GPUS * REC150B_RANKS, REC150B_RANKS, "twrw",
