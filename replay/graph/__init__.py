@@ -230,7 +230,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         if n_cons:
             notes["collective_waits_at_consumers"] = n_cons
         unexplained_gap[wk[seen]] = False  # a collective wait's return latency
-    req = find_requests(events, ev)
+    req = find_requests(events, ev, ch.order, ch.gap, idle_before, MIN_WAIT_US)
     tsrc, tk, tlag, tunx, (sf, sto), n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
                                                          ch.track_is_device, ch.gap, ch.tpos,
                                                          req.spans)
@@ -264,8 +264,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     base[ch.order[sto]] = -np.inf  # started by a thread edge, not pinned where measured
     if len(req.ids):
         notes["requests"] = {"windows": len(req.ids), "types": req.names,
-                             "released": release_arrivals(req, ch.order, ch.gap, idle_before,
-                                                          ch.ptime, base, MIN_WAIT_US)}
+                             "released": release_arrivals(req, ch.order, ch.gap, ch.ptime, base)}
     pinned = _pin_inputless_starts(ev, ch, base, cross)
     notes["device_starts_without_input"] = int((pinned > 0).sum())
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
