@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.graph.events import EventArrays, _col
+from replay.graph.events import EventArrays
 
 #: Fewest annotations of one name on a rank that make it a request type (assumed: a type served
 #: once is indistinguishable from a one-off phase of a script).
@@ -66,17 +66,16 @@ def find_requests(events: pa.Table, ev: EventArrays, order: np.ndarray, gap: np.
         zero_copy_only=False).astype(bool)
     if not cand.any():
         return none
-    # annotations with work nested under them: climb from every host work event (depth: few)
-    parent = _col(events, "parent_id").astype(np.int64)
+    # annotations with work nested under them: on its track (rows sorted by start), the events
+    # starting inside a top-level annotation are nested in it
+    work = np.concatenate([[0], np.cumsum(host & ~ev.passive)])
+    ids = np.flatnonzero(cand)
+    span = int(max(ev.end_k.max(), ev.ts_k.max())) + 1
+    flat = ev.tr_of.astype(np.int64) * span + ev.ts_k  # ascending: by track, then start
+    inside = np.searchsorted(flat, ev.tr_of[ids].astype(np.int64) * span + ev.end_k[ids],
+                             side="left")
     has_work = np.zeros(n, dtype=bool)
-    cur = parent[host & ~ev.passive]
-    for _ in range(int(ev.depth.max()) + 1):
-        cur = cur[(cur >= 0) & (cur < n)]
-        if not len(cur):
-            break
-        cur = np.unique(cur)
-        has_work[cur] = True
-        cur = parent[cur]
+    has_work[ids] = work[inside] - work[ids + 1] > 0
     ids = np.flatnonzero(cand & has_work)
     if not len(ids):
         return none

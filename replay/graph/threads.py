@@ -18,7 +18,10 @@ first `RESUME_FRACTION` (the engine thread running the next ``backward``, not on
 was started by it: the waiting thread's point before the gap → the worker's first point after
 its idle time began is a ``thread`` edge with the measured delay (counted as unexplained), and
 the worker's idle gap is dropped, so a faster main thread (or faster device work it waits on)
-starts it earlier. Limits: a wait on a thread the trace does not record, or on several threads
+starts it earlier. A thread holding requests (`replay.graph.requests`: a trace without steps) waits the same way
+inside its requests, on the threads of its process that hold none. The edge to a started thread
+runs to its first point in the gap (marks before it stay where measured). Limits: a wait on a
+thread the trace does not record, or on several threads
 at once, is not inferred; a worker's idle gap that no wait of the main thread starts is kept
 as measured; the thresholds are assumed.
 """
