@@ -59,9 +59,7 @@ def find_requests(events: pa.Table, ev: EventArrays, order: np.ndarray, gap: np.
     host = ~ev.is_dev
     marks = pc.starts_with(name, "ProfilerStep#").fill_null(False).to_numpy(
         zero_copy_only=False).astype(bool) & host
-    stepped = np.zeros(int(ev.rank.max()) + 1, dtype=bool)
-    stepped[ev.rank[marks]] = True
-    cand = host & (ev.depth == 0) & ~stepped[ev.rank]
+    cand = host & (ev.depth == 0) & ~np.isin(ev.rank, np.unique(ev.rank[marks]))
     cand &= pc.equal(events.column("kind"), "annotation").fill_null(False).to_numpy(
         zero_copy_only=False).astype(bool)
     if not cand.any():
