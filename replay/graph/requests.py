@@ -14,7 +14,9 @@ that ends sooner does not start it sooner). A thread holding requests waits on t
 its process inside a request the way a main thread does (`replay.graph.threads`), on threads that
 hold no requests.
 
-Limits: a request type with fewer than `MIN_REQUESTS` arrivals on a rank is not recognised (the
+Limits: requests are recognised from user annotations only (a server whose requests carry none
+stays one window: a top-level op that recurs after idle time is as often one op of a loop); a
+request type with fewer than `MIN_REQUESTS` arrivals on a rank is not recognised (the
 whole recording stays one window); a request that began before the recording is a window from
 where the trace has it; the time a request waits for its thread after it arrives (a slower replay)
 is not part of its latency (the window starts when the request does); a request waiting on another
