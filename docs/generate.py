@@ -238,11 +238,15 @@ mtia300 --vs h100` lists them (link bandwidths, per-step latencies, NVLS, post c
 pool). MTIA 300's per-step latencies are NCCL's *network* values for the same protocol
 (assumed: HCCL's are not published), so neither side gets a cheaper protocol.
 
-Where this departs from NCCL's tuner (so that a group in one large rack is never slower than the
-same ranks split over smaller racks, which `tests/test_collectives.py` checks): trees count
-ceil(log2 p) levels, ceil(log2 N) of them across nodes (NCCL: L-1 chain steps in a node, floor
-(log2 N) across), per-node-count caps are non-increasing in N, and LL128 trees use NCCL's
-one-node factor 7/9 everywhere.
+Tree latency is NCCL's (`ncclTopoTuneModel` in `src/graph/tuning.cc`, the same at v2.18.5 and
+master): base + 2 x ((p / N - 1) x intra + log2i(N) x inter), a chain of p / N - 1 steps in a
+node (integer division) and floor(log2 N) levels across nodes. On one 8-GPU H100 node tree LL
+costs 6.8 + 2 x 7 x 0.6 = 15.2 us and ring LL 6.6 + 14 x 0.6 = 15.0 us, so a small all-reduce
+runs ring LL, as NCCL's tuner picks. The chain makes a tree slower in one large rack than over
+several smaller ones (40 ranks: 39 steps in one rack, 12 steps and one network level over
+three racks of 16), as in NCCL; the ring never is. Where this departs from NCCL's tuner (so
+that spreading a group over more nodes never raises a tree's bandwidth): per-node-count caps
+are non-increasing in N, and LL128 trees use NCCL's one-node factor 7/9 everywhere.
 
 Resources: on GPUs a rank's in-node links and its NICs are separate pools (concurrent
 collectives on different link classes overlap; on the same class they queue, or share under

@@ -25,16 +25,17 @@ Algorithms:
   for Simple) applies across nodes only: NCCL's ``max(latency, netOverhead)``, a floor, not an
   addition. Multi-node Simple AllReduce latency x ``comm.ring_plateau`` once each rank's share
   per channel is >= 64 B (tuning.cc "plateau effect of ring").
-- ``tree`` (AllReduce): a binary tree inside the node and a double binary tree across nodes,
+- ``tree`` (AllReduce): a chain inside the node and a double binary tree across nodes,
   ``busbw = min(0.92 B_ring, channels x tree cap)``, LL at 1/3.8 of it (capped at the LL
   maximum), LL128 at 7/9 (one node) or 120/128 (capped per channel), algbw = 0.5 busbw x NCCL's
-  tree correction factor by size; latency ``base + 2(levels_in x intra + levels_out x inter)``
-  with ceil(log2 p) levels in all, ceil(log2 N) of them across nodes. NCCL's tuner counts L-1
-  chain steps inside a node and floor(log2 N) levels across nodes; a binary tree over the
-  ranks is used here so that a group in one large rack is never slower than the same group
-  split over smaller racks (3 levels where NCCL counts 7 steps on an 8-GPU node: 4.8 us less
-  at LL; one more level on 3, 5-7, ... nodes). Per-node-count caps are taken non-increasing in
-  N, and LL128's tree factor is NCCL's one-node 7/9 everywhere (NCCL: 120/128 across nodes).
+  tree correction factor by size; latency as NCCL's tuner counts it (``ncclTopoTuneModel`` in
+  ``src/graph/tuning.cc``, the same in v2.18.5 and master):
+  ``base + 2((p // N - 1) x intra + floor(log2 N) x inter)``: p // N - 1 chain steps in a node
+  (7 on an 8-GPU node) and floor(log2 N) levels across nodes (1 on 2 and 3 nodes, 2 on 4-7).
+  So a tree is not monotone in the rack size: a 40-rank group in one rack walks a 39-step
+  chain, over 3 racks of 16 a 12-step one and one network level. Per-node-count caps are taken
+  non-increasing in N, and LL128's tree factor is NCCL's one-node 7/9 everywhere (NCCL:
+  120/128 across nodes), so spreading a group over more nodes never raises its bandwidth.
 - ``nvls`` / ``nvls_tree`` (AllReduce; NVLS also ReduceScatter/AllGather on one node), only
   where the spec has NVSwitch reduction (``comm.nvls_efficiency`` > 0), Simple only: NVLS
   channels = min(L, 32) pulling from the switch, the per-channel NVLink bandwidth taken to
@@ -328,13 +329,8 @@ def _step_down(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def _log2i(x: np.ndarray) -> np.ndarray:
+    """floor(log2 x), NCCL's ``log2i`` (src/include/utils.h); 0 below 2."""
     return np.floor(np.log2(np.maximum(x, 1.0)))
-
-
-def _log2c(x: np.ndarray) -> np.ndarray:
-    """Tree depth: ceil(log2 x); ceil(log2 L) + ceil(log2 N) >= ceil(log2 LN), so splitting a
-    group over more, smaller nodes never shortens its tree."""
-    return np.ceil(np.log2(np.maximum(x, 1.0)))
 
 
 def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
@@ -399,6 +395,10 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
     zero = np.zeros(k)
     log_size = _log2i(np.maximum(size, 1.0) / 64.0).astype(np.int64)
     log_size = np.where(size >= 64, log_size, -1)
+    # tree depth as NCCL's tuner counts it (tuning.cc ncclTopoTuneModel): a chain of
+    # nRanks / nNodes - 1 steps in a node (integer division), log2i(nNodes) levels across
+    chain_i = np.maximum(np.floor(p / np.maximum(N, 1.0)) - 1.0, 0.0)
+    levels_o = _log2i(N)
 
     def candidates(slow_group: np.ndarray | float = 1.0, slow_node: np.ndarray | float = 1.0,
                    slow_one: np.ndarray | float = 1.0) -> list[tuple[str, str, np.ndarray,
@@ -441,9 +441,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             corr = np.where((log_size >= 0) & (log_size < 23),
                             _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
             algbw = 0.5 * bus * corr * _run_channels(t, size, t.channel_bytes[proto])
-            levels_o = _log2c(N)
-            levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
-            lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
+            lat = t.base[("tree", proto)] + 2 * (chain_i * t.intra[("tree", proto)]
                                                  + levels_o * t.inter[("tree", proto)])
             cands.append(("tree", proto, ar, lat, np.maximum(size / algbw, t_red), zero))
             # hierarchical: in-node RS + cross-node ring on the 1/L shard + in-node AG
@@ -550,8 +548,9 @@ def _as_run(t: Tuning, candidates, size: np.ndarray, p: np.ndarray,  # type: ign
     node's ranks; tree and CollNet: one, as each channel's share flows down the chain whole).
     The share fades as the pipeline streams. Each candidate is re-costed with the slower in-node
     links through the same formulas, so where a NIC stays the bottleneck nothing changes, and
-    more bandwidth or a larger rack never makes a collective slower; the fastest candidate as
-    it runs is chosen (with ``fill`` 0: NCCL's tuning model alone)."""
+    more bandwidth never makes a collective slower (nor a larger rack, but for the tree's
+    in-node chain, as NCCL counts it); the fastest candidate as it runs is chosen (with
+    ``fill`` 0: NCCL's tuning model alone)."""
     if t.fill <= 0:
         return candidates()
 
