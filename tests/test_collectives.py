@@ -701,3 +701,51 @@ def test_nvls_placement_follows_the_tables_nccl_release() -> None:
                                                           "gpus_per_node": 8, "nodes": 1}}
     t = vc.infer_table(a100)
     assert t is not None and "comm.nvls_placement=chunked" not in t.sets
+
+
+# --- ring LL share by NCCL release ------------------------------------------------------------
+
+def test_ring_ll_quarter_share_by_hand() -> None:
+    """NCCL < 2.21 (tuning.cc at v2.18.5 / v2.20.5) runs a ring LL at 1/4 of the bus bandwidth
+    for AllReduce and 1/3 for a one-node AllGather (master: 1/2 for both), capped at the LL
+    maximum. h100 one node of 8, 1 MiB (32 channels' worth at 32 KiB each: all 16 run):
+    all-reduce min(141, 370.8 / 4) GB/s x 8 / 14; all-gather min(141, 370.8 / 3) x 8 / 7."""
+    q = (*forced("ring", "ll"), "comm.ring_ll_share=quarter")
+    t, _, a, p = one("h100", "all_reduce", 8, N1, q)
+    assert (a, p) == ("ring", "ll")
+    assert t == pytest.approx(6.6 + 14 * 0.6 + N1 / (min(141000.0, B / 4) * 8 / 14), rel=1e-9)
+    t, _, _, _ = one("h100", "all_gather", 8, N1, q)
+    assert t == pytest.approx(6.6 + 7 * 0.6 + N1 / (min(141000.0, B / 3) * 8 / 7), rel=1e-9)
+    half, _, _, _ = one("h100", "all_gather", 8, N1, forced("ring", "ll"))
+    assert half == pytest.approx(6.6 + 7 * 0.6 + N1 / (min(141000.0, B / 2) * 8 / 7), rel=1e-9)
+    # across nodes every collective takes 1/4: two nodes of 8 at 12.5 x 0.96 GB/s NIC per GPU
+    # (ring min(370.8, 8 x 12) = 96 GB/s; LL 24 GB/s, under the 39 GB/s two-node cap, where
+    # master's half would reach the cap); 14 NVLink steps at the 1 us post floor, 1 network step
+    lat = 6.6 + 14 * max(0.6, 1.0) + 1 * 2.7
+    for share, ll in (("quarter", 96000.0 / 4), ("half", 39000.0)):
+        sets = (*forced("ring", "ll"), f"comm.ring_ll_share={share}",
+                "network.inter_node_GBps=12.5")
+        t, _, _, _ = one("h100", "all_gather", 16, GB, sets)
+        assert t == pytest.approx(lat + GB / (ll * 16 / 15), rel=1e-9), share
+
+
+def test_ring_ll_share_follows_the_tables_nccl_release() -> None:
+    """A table on NCCL < 2.21 gets the quarter ring LL share, and on Hopper on one node that
+    release's 87.7 GB/s LL cap (141 from 2.21); 2.21 and later or an unstated release do not."""
+    doc = {"hardware": {"gpu": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "nodes": 1},
+           "op": "all_reduce", "ranks": 8}
+    for version, quarter in (("2.18.5", True), ("2.20.5", True), ("2.21.5", False),
+                             ("2.26.2", False), ("not stated", False)):
+        t = vc.infer_table({**doc, "nccl_version": version})
+        assert t is not None
+        assert ("comm.ring_ll_share=quarter" in t.sets) is quarter, version
+        assert ("comm.ll_max_1node_GBps=87.7" in t.sets) is quarter, version
+    two = {**doc, "nccl_version": "2.18.5", "hardware": {**doc["hardware"], "nodes": 2}}
+    t = vc.infer_table(two)
+    assert t is not None and "comm.ring_ll_share=quarter" in t.sets
+    assert not any(s.startswith("comm.ll_max_1node") for s in t.sets)
+    a100 = {**doc, "nccl_version": "2.18.5", "hardware": {"gpu": "NVIDIA A100-SXM4-80GB",
+                                                          "gpus_per_node": 8, "nodes": 1}}
+    t = vc.infer_table(a100)
+    assert t is not None and "comm.ring_ll_share=quarter" in t.sets
+    assert not any(s.startswith("comm.ll_max_1node") for s in t.sets)  # Ampere's is unchanged

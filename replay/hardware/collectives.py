@@ -59,8 +59,10 @@ Algorithms:
   posting agent: the GPU's proxy thread or MTIA's message engine), returned as ``post_us``.
 
 Protocols (every algorithm except NVLS/CollNet takes all three): ``simple`` at the link
-bandwidth; ``ll`` at half of it, capped at ``comm.ll_max*``; ``ll128`` at 0.92 of it (120 of 128
-bytes carry data), capped at ``channels x comm.ll128_channel_GBps``. Each has its own base and
+bandwidth; ``ll`` at half of it, capped at ``comm.ll_max*`` (a ring on NCCL < 2.21,
+``comm.ring_ll_share = "quarter"``: at 1/4 of it for AllReduce, Reduce and across nodes, 1/3
+for the other one-node collectives, tuning.cc at v2.18.5 / v2.20.5); ``ll128`` at 0.92 of it
+(120 of 128 bytes carry data), capped at ``channels x comm.ll128_channel_GBps``. Each has its own base and
 per-step latencies (``comm.*_base_*_us``, ``network.*_{ll,ll128,simple}_us``).
 
 Channels at run time: ring, tree and CollNet run a small message on fewer of the
@@ -212,6 +214,7 @@ class Tuning:
     nvls_tree_inter_us: float
     nvls_tree_channel: tuple[float, float]  # 2 nodes, >2 nodes
     nvls_chunked: bool        # NCCL < 2.20 NVLS placement (comm.nvls_placement = "chunked")
+    ring_ll_quarter: bool     # NCCL < 2.21 ring LL share (comm.ring_ll_share = "quarter")
     collnet: bool
     collnet_intra_us: float
     collnet_inter_us: float
@@ -268,6 +271,7 @@ class Tuning:
             nvls_tree_channel=(opt("comm.nvls_tree_channel_2node_GBps") * 1e3,
                                opt("comm.nvls_tree_channel_GBps") * 1e3),
             nvls_chunked=spec.get("comm.nvls_placement", "balanced") == "chunked",
+            ring_ll_quarter=spec.get("comm.ring_ll_share", "half") == "quarter",
             collnet=bool(spec.get("comm.collnet", False)),
             collnet_intra_us=opt("network.collnet_intra_us"),
             collnet_inter_us=opt("network.collnet_inter_us"),
@@ -419,7 +423,11 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             li = np.maximum(t.intra[("ring", proto)], floor)
             lo = np.where(L <= 1, t.inter[("tree", proto)], t.inter[("ring", proto)])
             # ring
-            algbw = _proto_bw(t, b_ring, proto, idx) * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
+            bw = _proto_bw(t, b_ring, proto, idx)
+            if proto == "ll" and t.ring_ll_quarter:  # NCCL < 2.21 (comm.ring_ll_share)
+                share = np.where(ar | is_["reduce"] | multi, 0.25, 1.0 / 3.0)
+                bw = np.minimum(np.take(t.ll_max, idx), share * b_ring)
+            algbw = bw * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
             step = np.where(multi & chain, lo, li)
             lat = np.where(chain, t.base[("ring", proto)] + nsteps * step,
                            t.base[("ring", proto)] + (nsteps - n_inter) * li + n_inter * lo)
@@ -620,6 +628,7 @@ _MODEL_KEYS = ("network.ranks_per_node", "network.intra_node_GBps", "network.int
                "comm.fill_chunks", "comm.fill_chunk_bytes", "comm.group_launch_us",
                "comm.message_engines", "comm.engines_per_collective",
                "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.nvls_placement",
+               "comm.ring_ll_share",
                "comm.collnet",
                "comm.link_sharing")
 

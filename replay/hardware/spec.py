@@ -114,6 +114,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "comm.algorithm": ("auto", "ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical"),
     "comm.protocol": ("auto", "ll", "ll128", "simple"),
     "comm.nvls_placement": ("balanced", "chunked"),
+    "comm.ring_ll_share": ("half", "quarter"),
     "loss.recovery": ("go_back_n", "selective_repeat"),
     "loss.rto_model": ("fixed", "adaptive"),
     "comm.link_sharing": ("fifo", "split"),
