@@ -150,9 +150,10 @@ def test_auto_picks_the_cheapest(hw: str) -> None:
 @pytest.mark.parametrize("hw", ["h100", "a100", "mtia300"])
 def test_smaller_rack_never_faster(hw: str) -> None:
     """Splitting a group over smaller racks never speeds a ring (and an all-to-all) up. Not so
-    a tree: NCCL's tuner walks a chain of the node's ranks
+    NCCL's tree, a chain of the node's ranks
     (`test_tree_chain_in_a_large_rack_outlasts_the_same_ranks_over_racks`), so auto, which
-    may pick one, is not checked here."""
+    may pick one, is checked here on the ring only (a binary tree:
+    `test_binary_tree_in_a_smaller_rack_never_faster`)."""
     op, p, s = _battery(p_list=(8, 16, 40))
     prev = None
     for rpn in (72, 40, 16, 8, 4, 3, 2, 1):
@@ -568,6 +569,57 @@ def test_tree_chain_in_a_large_rack_outlasts_the_same_ranks_over_racks() -> None
                                   rel=1e-9)
     assert big > split
 
+
+
+# --- tree shape (comm.tree_shape: NCCL's chain on the GPUs, a binary tree on MTIA) --------------
+
+#: 8 B tree LL on mtia300 (one rack or two): 16 channels' LL cap 39 GB/s binds (0.92 x 940 GB/s
+#: and 16 x 38.7 GB/s / 3.8 are above it), one channel of 16 runs it at half of it
+_MTIA_LL_8B = 8 / (0.5 * 39000.0 / 16)
+
+
+@pytest.mark.parametrize("p, levels_in, levels_out", [(40, 6, 0), (144, 7, 1)])
+def test_mtia_tree_is_log_depth_by_hand(p: int, levels_in: int, levels_out: int) -> None:
+    """MTIA's tree (``comm.tree_shape = "binary"``, HCCL's own is not published) has
+    ceil(log2 p) levels each way, ceil(log2 N) across racks: 40 ranks in one 72-rank rack take
+    6 levels (NCCL's chain would take 39 steps: 6.8 + 2 x 39 x 5.0 = 396.8 us), 144 ranks on two
+    racks 7 in the rack and 1 across (the chain: 71 and 1), at 5.0 us a step at LL."""
+    want = 6.8 + 2 * (levels_in * 5.0 + levels_out * 5.0) + _MTIA_LL_8B
+    t, _, a, q = one("mtia300", "all_reduce", p, 8, forced("tree", "ll"))
+    assert (a, q) == ("tree", "ll")
+    assert t == pytest.approx(want, rel=1e-9)
+    chain = one("mtia300", "all_reduce", p, 8, (*forced("tree", "ll"), "comm.tree_shape=chain"))[0]
+    assert chain == pytest.approx(6.8 + 2 * ((p // (1 + levels_out) - 1) * 5.0
+                                             + levels_out * 5.0) + _MTIA_LL_8B, rel=1e-9)
+
+
+def test_tree_shape_is_the_only_difference_between_gpu_and_mtia_trees() -> None:
+    """The same machinery for every target: h100 with ``comm.tree_shape=binary`` walks
+    ceil(log2 40) = 6 NVLink levels in a 40-rank rack (6.8 + 2 x 6 x 0.6 = 14.0 us at LL) where
+    its shipped chain takes 39 steps (53.6 us)."""
+    xfer = 8 / (0.5 * 0.92 * B / 3.8 / 16)
+    sets = forced("tree", "ll")
+    assert one("h100", "all_reduce", 40, 8, sets, rpn=40)[0] == pytest.approx(
+        6.8 + 2 * 39 * 0.6 + xfer, rel=1e-9)
+    assert one("h100", "all_reduce", 40, 8, (*sets, "comm.tree_shape=binary"), rpn=40)[0] == (
+        pytest.approx(6.8 + 2 * 6 * 0.6 + xfer, rel=1e-9))
+    for hw in list_specs():
+        assert load_spec(hw).value("comm.tree_shape") == (
+            "binary" if load_spec(hw).family == "mtia" else "chain"), hw
+
+
+@pytest.mark.parametrize("hw", ["h100", "mtia300"])
+def test_binary_tree_in_a_smaller_rack_never_faster(hw: str) -> None:
+    """With a binary tree (ceil(log2 L) + ceil(log2 N) >= ceil(log2 LN)) splitting a group over
+    smaller racks never speeds any collective up, trees and the tuner's choice included."""
+    op, p, s = _battery(p_list=(8, 16, 40))
+    prev = None
+    for rpn in (72, 40, 16, 8, 4, 3, 2, 1):
+        t = _times(load_spec(hw, [f"network.ranks_per_node={rpn}", "comm.tree_shape=binary"]),
+                   op, p, s)
+        if prev is not None:
+            assert (t >= prev * (1 - 1e-12)).all(), rpn
+        prev = t
 
 # --- table matching and spec keys ---------------------------------------------------------------
 
