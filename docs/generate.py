@@ -239,15 +239,22 @@ mtia300 --vs h100` lists them (link bandwidths, per-step latencies, NVLS, post c
 pool). MTIA 300's per-step latencies are NCCL's *network* values for the same protocol
 (assumed: HCCL's are not published), so neither side gets a cheaper protocol.
 
-Tree latency is NCCL's (`ncclTopoTuneModel` in `src/graph/tuning.cc`, the same at v2.18.5 and
-master): base + 2 x ((p / N - 1) x intra + log2i(N) x inter), a chain of p / N - 1 steps in a
-node (integer division) and floor(log2 N) levels across nodes. On one 8-GPU H100 node tree LL
-costs 6.8 + 2 x 7 x 0.6 = 15.2 us and ring LL 6.6 + 14 x 0.6 = 15.0 us, so a small all-reduce
-runs ring LL, as NCCL's tuner picks. The chain makes a tree slower in one large rack than over
-several smaller ones (40 ranks: 39 steps in one rack, 12 steps and one network level over
-three racks of 16), as in NCCL; the ring never is. Where this departs from NCCL's tuner (so
-that spreading a group over more nodes never raises a tree's bandwidth): per-node-count caps
-are non-increasing in N, and LL128 trees use NCCL's one-node factor 7/9 everywhere.
+Tree latency is base + 2 x (in-node steps x intra + levels across nodes x inter), the steps
+by the tree's shape, a named spec value (`comm.tree_shape`). `chain` is NCCL's tuner
+(`ncclTopoTuneModel` in `src/graph/tuning.cc`, the same at v2.18.5 and master; published, on
+every GPU spec): a chain of p / N - 1 steps in a node (integer division) and floor(log2 N)
+levels across nodes. On one 8-GPU H100 node tree LL costs 6.8 + 2 x 7 x 0.6 = 15.2 us and ring
+LL 6.6 + 14 x 0.6 = 15.0 us, so a small all-reduce runs ring LL, as NCCL's tuner picks. The
+chain makes a tree slower in one large rack than over several smaller ones (40 ranks: 39 steps
+in one rack, 12 steps and one network level over three racks of 16), as in NCCL; the ring never
+is. `binary` is a binary tree over the group's ranks, node by node: ceil(log2 p) levels,
+ceil(log2 N) of them across nodes, never slower in a larger rack. MTIA's specs carry `binary`
+(assumed): HCCL's algorithm is not published, it runs a precompiled dependency graph over a
+switched fabric, and the chain is NCCL's design for an NVLink node, so the standard log-depth
+tree is used (a 40-rank group in one rack: 6 levels each way, where a chain would take 39).
+Where this departs from NCCL's tuner (so that spreading a group over more nodes never raises a
+tree's bandwidth): per-node-count caps are non-increasing in N, and LL128 trees use NCCL's
+one-node factor 7/9 everywhere.
 
 Resources: on GPUs a rank's in-node links and its NICs are separate pools (concurrent
 collectives on different link classes overlap; on the same class they queue, or share under
@@ -365,6 +372,8 @@ What carries over to MTIA 300 and what does not:
   shipped `balanced`) and not to MTIA, which has no NVLS and no NCCL. The ring LL share
   (`comm.ring_ll_share`) is an NCCL release's too; MTIA's specs leave it out (NCCL's current
   half).
+- The tree's in-node chain (`comm.tree_shape = chain`) is NCCL's and does not carry over:
+  MTIA's specs take a binary tree (assumed, above).
 
 ### Validation against published nccl-tests tables
 
