@@ -1,6 +1,8 @@
-"""`python -m mtia_trace`: the same command line as `mtia-trace`."""
+"""`python -m mtia_trace`: the same command line as `mtia-trace`, with its exit code."""
+
+import sys
 
 from mtia_trace.cli import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

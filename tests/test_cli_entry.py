@@ -29,6 +29,17 @@ def test_main_returns_exit_codes(cli) -> None:
     assert code == 2 and "No such command 'no-such-command'" in err
 
 
+def test_python_m_exits_with_the_commands_code(tmp_path: Path) -> None:
+    """`python -m mtia_trace` passes `main`'s exit code to the shell, like the console script."""
+    missing = tmp_path / "missing.json"
+    r = subprocess.run([sys.executable, "-m", "mtia_trace", "inspect", str(missing)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "missing.json" in r.stderr
+    ok = subprocess.run([sys.executable, "-m", "mtia_trace", "--version"],
+                        capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0
+
+
 def test_help_lists_every_command_with_its_summary(cli) -> None:
     code, out, _ = cli("--help")
     rows = out.split("Commands:\n", 1)[1].splitlines()
