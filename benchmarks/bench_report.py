@@ -58,9 +58,10 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-#: What a report of each format loads before reading the run (see the module docstring).
-_FOOTPRINT = ("import duckdb, pyarrow as pa; import mtia_trace.cli.report_cmd; "
-              "pa.array([0]); duckdb.connect(':memory:').close()")
+#: What a report of each format loads before reading the run (see the module docstring): the
+#: command as the CLI loads it, which picks Arrow's memory pool before pyarrow loads.
+_FOOTPRINT = ("from mtia_trace.cli import load_command; load_command('report'); "
+              "import duckdb, pyarrow as pa; pa.array([0]); duckdb.connect(':memory:').close()")
 FOOTPRINTS = {"report md": _FOOTPRINT,
               "report html": _FOOTPRINT + "; import analyzers.report.figures"}
 

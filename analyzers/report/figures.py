@@ -10,9 +10,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from analyzers.report import event_columns  # noqa: E402
 from analyzers.report.headline import attribution, late_ranks  # noqa: E402
 from analyzers.report.run_data import RunData  # noqa: E402
 from mtia_trace.schema import ATTRIBUTION  # noqa: E402
@@ -148,11 +150,6 @@ def _track_label(track: str) -> str:
     return track
 
 
-#: The events columns the timelines draw from (filtering only these is cheaper than the table).
-_TIMELINE_COLUMNS = ("rank", "step", "ph", "kind", "track", "is_device", "depth", "start_us",
-                     "end_us", "name", "critical")
-
-
 def _timeline_events(run: RunData) -> tuple[int, pa.Table, list[int], str] | None:
     """The median step's timed work events (no annotations or instants) of the ranks a timeline
     shows (`timeline_ranks`, sized so all their tracks fit): (step, events, ranks, selection)."""
@@ -160,17 +157,23 @@ def _timeline_events(run: RunData) -> tuple[int, pa.Table, list[int], str] | Non
     ev = run.events
     if step is None or ev.num_rows == 0:
         return None
-    ev = ev.select([c for c in ev.column_names if c in _TIMELINE_COLUMNS])
-    kind = _np(ev, "kind").astype(str)
-    keep = (_np(ev, "step") == step) & ~np.isin(kind, ["annotation", "instant"]) \
-        & (_np(ev, "ph").astype(str) == "X")
-    sub = ev.filter(pa.array(keep))
+    # only these columns: filtering them is cheaper than the whole table
+    ev = ev.select([c for c in ev.column_names if c in event_columns.TIMELINE])
+    # Arrow's masks, not numpy's over Python strings: a string column's to_numpy makes an
+    # object per row, tens of MB for the step's events that outlive the report's peak
+    keep = pc.and_(pc.and_(pc.fill_null(pc.equal(ev.column("step"), step), False),
+                           pc.invert(pc.is_in(ev.column("kind"),
+                                              pa.array(["annotation", "instant"])))),
+                   pc.fill_null(pc.equal(ev.column("ph"), "X"), False))
+    sub = ev.filter(keep)
     if sub.num_rows == 0:
         return None
-    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
-    per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
+    pairs = sub.select(["rank", "track"]).group_by(["rank", "track"]).aggregate([])
+    n_ranks = pc.count_distinct(pairs.column("rank"), mode="all").as_py()
+    per_rank = max(-(-pairs.num_rows // max(n_ranks, 1)), 1)
     ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // per_rank))
-    return step, sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks))), ranks, selection
+    shown = np.isin(_np(sub, "rank"), ranks)
+    return step, sub if shown.all() else sub.filter(pa.array(shown)), ranks, selection
 
 
 def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers import rank_collectives
-from analyzers.report import fmt
+from analyzers.report import event_columns, fmt
 from analyzers.report.run_data import RunData
 from mtia_trace.run_meta import AS_MEASURED
 from mtia_trace.schema import ATTRIBUTION, DEVICE_KINDS
@@ -106,10 +106,6 @@ class Finding:
     hint: str           # what to look at next
 
 
-#: The events columns the findings read from critical events (filtering only these is several
-#: times cheaper than filtering the whole table with its text columns).
-_CRITICAL_COLUMNS = ("name", "kind", "is_device", "coll_op", "pg", "critical_us",
-                     *(f"{c}_us" for c in ATTRIBUTION))
 
 
 #: `_critical` of each live events table (the findings read it several times per report),
@@ -119,11 +115,12 @@ _critical_of: dict[int, pa.Table] = {}
 
 def _critical(run: RunData) -> pa.Table:
     """Critical events that are work (not annotations or instants): the columns the findings
-    read (`_CRITICAL_COLUMNS`)."""
+    read (`event_columns.CRITICAL`)."""
     ev = run.events
     if id(ev) in _critical_of:
         return _critical_of[id(ev)]
-    sel = ev.select([c for c in ev.column_names if c in _CRITICAL_COLUMNS or c == "critical"])
+    # only these columns: filtering them is several times cheaper than the whole table
+    sel = ev.select([c for c in ev.column_names if c in event_columns.CRITICAL])
     if sel.num_rows == 0 or "critical" not in sel.column_names:
         out = sel.slice(0, 0)
     else:
@@ -198,8 +195,7 @@ def _collective_text(run: RunData, a: Attribution) -> str:
     total = a.per_step_us["collective"]
     base = f"{_cap(WORDS['collective'])} are {_of_step(total, a)}"
     crit = _critical(run)
-    kind = _np(crit, "kind").astype(str) if crit.num_rows else np.array([], dtype=str)
-    coll = crit.filter(pa.array(np.isin(kind, ["collective", "p2p"])))
+    coll = crit.filter(pc.is_in(crit.column("kind"), pa.array(["collective", "p2p"])))
     if coll.num_rows == 0 or "collective_us" not in coll.column_names:
         return base
     filled = pa.table({"coll_op": pc.fill_null(coll.column("coll_op"), "collective"),
