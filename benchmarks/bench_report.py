@@ -14,9 +14,9 @@ system) and its ratio to the replay's are printed beside the wall times: on a lo
 wall time waits on other processes, the CPU time much less (the targets are judged on wall time).
 
 The start-up footprint of a format is the peak RSS of a process that loads what that report
-loads before it reads anything (the CLI and the report modules; pyarrow, which loads pandas on
-its first array; an empty DuckDB connection; matplotlib for HTML) and then exits: the memory a
-report pays whatever the run's size. `mtia-trace --version`'s peak is printed beside it.
+loads before it reads anything (the report command, loaded as the CLI loads it, which chooses
+Arrow's memory pool; pyarrow, which loads pandas on its first array; an empty DuckDB connection;
+matplotlib for HTML) and then exits: the memory a report pays whatever the run's size. `mtia-trace --version`'s peak is printed beside it.
 
 Every process runs with Python's bytecode cache on (in a temporary folder,
 ``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` is dropped), as an installed package has

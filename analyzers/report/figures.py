@@ -334,14 +334,14 @@ def timeline_data(run: RunData) -> dict | None:
     picked = _timeline_events(run)
     if picked is None:
         return None
-    step, ev, rows, ranks, selection = picked
-    start, end = _np(ev, "start_us")[rows], _np(ev, "end_us")[rows]
+    step, ev, idx, ranks, selection = picked
+    start, end = _np(ev, "start_us")[idx], _np(ev, "end_us")[idx]
     t0 = float(start.min())
     span = float(end.max()) - t0
-    if len(rows) > MAX_INTERACTIVE_EVENTS:
-        rows = rows[np.sort(np.argsort(-(end - start), kind="stable")[:MAX_INTERACTIVE_EVENTS])]
+    if len(idx) > MAX_INTERACTIVE_EVENTS:
+        idx = idx[np.sort(np.argsort(-(end - start), kind="stable")[:MAX_INTERACTIVE_EVENTS])]
         selection += f"; the {MAX_INTERACTIVE_EVENTS:,} longest events"
-    sub = ev.take(rows)
+    sub = ev.take(idx)
     dur = _np(sub, "end_us") - _np(sub, "start_us")
     rank = _np(sub, "rank").tolist()
     track = sub.column("track").to_pylist()
