@@ -33,8 +33,9 @@ class RunData:
 
 
 #: DuckDB threads of a report's analyzers. They scan one run's tables (10^5 rows for the MTIA
-#: training trace): one thread runs all fifteen in about the time two do (0.64 s vs 0.56 s), and
-#: holds one thread's working memory instead of one per core (12 MB less at the peak there).
+#: training trace): one thread runs all fifteen in about the time two do (0.47 s vs 0.40 s,
+#: medians of 5), and holds one thread's working memory instead of one per core (a report's
+#: peak 11 MB lower there).
 ANALYZER_THREADS = 1
 
 
