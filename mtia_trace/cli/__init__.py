@@ -105,9 +105,9 @@ def _plain_metavars(cmd: Any) -> None:
 #: DuckDB and numpy, which allocate from the system allocator: there, the memory the Parquet
 #: decoding frees is reused by what follows, where mimalloc would keep it resident for Arrow
 #: alone (the MTIA training run's report: a peak 55 MB lower for Markdown, 65 MB for HTML, on
-#: 57 MB of tables, and no slower). Arrow reads
-#: ``ARROW_DEFAULT_MEMORY_POOL`` once, when pyarrow loads, so `load_command` sets it before it
-#: imports such a command (a pool the environment names is kept).
+#: 57 MB of tables, and no slower). Arrow reads ``ARROW_DEFAULT_MEMORY_POOL`` once, when
+#: pyarrow loads, so `load_command` sets it before it imports such a command (a pool the
+#: environment names is kept).
 SYSTEM_ALLOCATOR_COMMANDS = frozenset({"report"})
 
 
