@@ -78,7 +78,6 @@ def load_run(path: str | Path, *, analyses: bool = True,
         events = scanned if scanned is not None else run.read("events")
     else:
         events = _events(run, events_columns, scanned)
-    del scanned
     return RunData(name=run.name, meta=run.meta, path=run.path, analyses=found, events=events,
                    **tables)
 
