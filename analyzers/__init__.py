@@ -47,6 +47,15 @@ ANALYZERS: dict[str, Analyzer] = {
               stream_queues, user_annotations)
 }
 
+#: The events columns the analyzers read (with the derived views they query): a caller that has
+#: read the events table for them needs only these. A query naming another column fails to bind
+#: ("Referenced column ... not found"), it does not read a different number.
+EVENT_COLUMNS: tuple[str, ...] = (
+    "rank", "event_id", "name", "kind", "ph", "track", "is_device", "step", "correlation",
+    "parent_id", "launch_id", "bytes_read", "bytes_written", "coll_op", "coll_bytes_in",
+    "group_size", "pg", "start_us", "end_us", "fetch_us", "collective_us", "retry_us", "host_us",
+    "queue_us", "bound_by", "critical", "critical_us", "peer_wait_us")
+
 
 def select(names: list[str] | None) -> list[Analyzer]:
     """The analyzers named (all when none), refusing unknown names."""

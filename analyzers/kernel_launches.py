@@ -54,10 +54,12 @@ def launch_pairs(con: duckdb.DuckDBPyConnection, *, measured: bool = False) -> p
     return to_arrow(con.sql(_pairs_sql(measured)))
 
 
-def launch_pairs_with_times(con: duckdb.DuckDBPyConnection, *,
-                            measured: bool = False) -> pa.Table:
-    """`launch_pairs` plus each pair's launch start, event start and event end (us)."""
-    return to_arrow(con.sql(_pairs_sql(measured, times=True)))
+def launch_pairs_with_times(con: duckdb.DuckDBPyConnection, *, measured: bool = False,
+                            columns: str | None = None) -> pa.Table:
+    """`launch_pairs` plus each pair's launch start, event start and event end (us); only
+    ``columns`` of them when given (the others, names included, are then never built)."""
+    sql = _pairs_sql(measured, times=True)
+    return to_arrow(con.sql(sql if columns is None else f"SELECT {columns} FROM ({sql})"))
 
 
 def summary(con: duckdb.DuckDBPyConnection, *, measured: bool = False) -> pa.Table:

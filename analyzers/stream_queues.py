@@ -105,5 +105,9 @@ def summary(pairs: pa.Table) -> pa.Table:
     return pa.table(out, schema=SCHEMA)
 
 
+#: What `summary` reads of the launch pairs (the kernel and launch names are most of the rest).
+_PAIR_COLUMNS = "rank, stream, launch_start_us, start_us, end_us"
+
+
 def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    return summary(launch_pairs_with_times(con))
+    return summary(launch_pairs_with_times(con, columns=_PAIR_COLUMNS))

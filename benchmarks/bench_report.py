@@ -14,9 +14,9 @@ system) and its ratio to the replay's are printed beside the wall times: on a lo
 wall time waits on other processes, the CPU time much less (the targets are judged on wall time).
 
 The start-up footprint of a format is the peak RSS of a process that loads what that report
-loads before it reads anything (the CLI and the report modules; pyarrow, which loads pandas on
-its first array; an empty DuckDB connection; matplotlib for HTML) and then exits: the memory a
-report pays whatever the run's size. `mtia-trace --version`'s peak is printed beside it.
+loads before it reads anything (the report command, loaded as the CLI loads it, which chooses
+Arrow's memory pool; pyarrow, which loads pandas on its first array; an empty DuckDB connection;
+matplotlib for HTML) and then exits: the memory a report pays whatever the run's size. `mtia-trace --version`'s peak is printed beside it.
 
 Every process runs with Python's bytecode cache on (in a temporary folder,
 ``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` is dropped), as an installed package has
@@ -58,9 +58,10 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-#: What a report of each format loads before reading the run (see the module docstring).
-_FOOTPRINT = ("import duckdb, pyarrow as pa; import mtia_trace.cli.report_cmd; "
-              "pa.array([0]); duckdb.connect(':memory:').close()")
+#: What a report of each format loads before reading the run (see the module docstring): the
+#: command as the CLI loads it, which picks Arrow's memory pool before pyarrow loads.
+_FOOTPRINT = ("from mtia_trace.cli import load_command; load_command('report'); "
+              "import duckdb, pyarrow as pa; pa.array([0]); duckdb.connect(':memory:').close()")
 FOOTPRINTS = {"report md": _FOOTPRINT,
               "report html": _FOOTPRINT + "; import analyzers.report.figures"}
 
@@ -93,11 +94,13 @@ def main(argv: list[str] | None = None) -> None:
         # stays clean): without it every process compiles the project's sources again
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        for argv_ in cmds.values():  # warm-up, untimed: writes the bytecode cache
+            _timed(argv_, env)
+        # after the warm-up, as the reports run: a footprint that compiled the sources would
+        # count the compiler's memory, which no timed report pays
         version_mb = _timed([*_cli(), "--version"], env)[2]
         base_mb = {name: _timed([sys.executable, "-c", code], env)[2]
                    for name, code in FOOTPRINTS.items()}
-        for argv_ in cmds.values():  # warm-up, untimed: writes the bytecode cache
-            _timed(argv_, env)
         times: dict[str, list[float]] = {k: [] for k in cmds}
         cpus: dict[str, list[float]] = {k: [] for k in cmds}
         peaks: dict[str, list[float]] = {k: [] for k in cmds}

@@ -91,12 +91,14 @@ def _engine_views_sql(runs: Sequence[Run], names: dict[tuple[str, int], str]) ->
 
 
 def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path, *,
-            loaded: Sequence[dict[str, pa.Table]] | None = None) -> duckdb.DuckDBPyConnection:
+            loaded: Sequence[dict[str, pa.Table]] | None = None,
+            threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the views over ``runs``, unable to touch any file.
 
     ``loaded`` (one dict per run, table name -> Arrow table) hands over tables the caller has
     already read, so statements scan them in memory instead of decoding the Parquet file again
-    each time (a report runs every analyzer over the same run).
+    each time (a report runs every analyzer over the same run). ``threads`` caps the engine's
+    threads (default: one per core); each thread holds its own working memory.
 
     The runs' Parquet files are opened read-only by Arrow and handed to DuckDB as datasets, so
     the engine needs no file access at all: external access is off, the configuration locked and
@@ -113,6 +115,8 @@ def connect(runs: Sequence[Run] | Sequence[str | Path] | str | Path, *,
     names = {(table, i): _register(con, run, table, loaded[i].get(table) if loaded else None)
              for i, run in enumerate(resolved) for table in TABLES}
     con.execute(_engine_views_sql(resolved, names))
+    if threads is not None:
+        con.execute(f"SET threads = {int(threads)}")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

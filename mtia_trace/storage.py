@@ -76,12 +76,14 @@ class Run:
         """The Parquet files holding ``table`` (one, or the partitions in name order)."""
         return table_files(self.table_path(table))
 
-    def read(self, table: str) -> pa.Table:
-        """The whole table; a file that fails to decode raises `RunNotFoundError` (one line)."""
+    def read(self, table: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """The whole table, or only its ``columns`` (in that order; the others are not decoded);
+        a file that fails to decode raises `RunNotFoundError` (one line)."""
         parts = []
         for f in self.table_files(table):
             try:
-                parts.append(pq.read_table(f, page_checksum_verification=True))
+                parts.append(pq.read_table(f, columns=None if columns is None else list(columns),
+                                            page_checksum_verification=True))
             except (OSError, ValueError, pa.ArrowException) as exc:  # ValueError: bad UTF-8
                 raise unreadable(self.path, f"{f.relative_to(self.path)}: {_first_line(exc)}"
                                  ) from None

@@ -10,9 +10,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from analyzers.report import event_columns  # noqa: E402
 from analyzers.report.headline import attribution, late_ranks  # noqa: E402
 from analyzers.report.run_data import RunData  # noqa: E402
 from mtia_trace.schema import ATTRIBUTION  # noqa: E402
@@ -148,29 +150,31 @@ def _track_label(track: str) -> str:
     return track
 
 
-#: The events columns the timelines draw from (filtering only these is cheaper than the table).
-_TIMELINE_COLUMNS = ("rank", "step", "ph", "kind", "track", "is_device", "depth", "start_us",
-                     "end_us", "name", "critical")
-
-
-def _timeline_events(run: RunData) -> tuple[int, pa.Table, list[int], str] | None:
+def _timeline_events(run: RunData) -> tuple[int, pa.Table, np.ndarray, list[int], str] | None:
     """The median step's timed work events (no annotations or instants) of the ranks a timeline
-    shows (`timeline_ranks`, sized so all their tracks fit): (step, events, ranks, selection)."""
+    shows (`timeline_ranks`, sized so all their tracks fit): (step, the events' timeline
+    columns, the rows of those events, ranks, selection). Rows, not a copy: a timeline draws
+    a few thousand of a step's events, and a copy of them all would outlive the report's peak."""
     step = _median_step(run)
     ev = run.events
     if step is None or ev.num_rows == 0:
         return None
-    ev = ev.select([c for c in ev.column_names if c in _TIMELINE_COLUMNS])
-    kind = _np(ev, "kind").astype(str)
-    keep = (_np(ev, "step") == step) & ~np.isin(kind, ["annotation", "instant"]) \
-        & (_np(ev, "ph").astype(str) == "X")
-    sub = ev.filter(pa.array(keep))
-    if sub.num_rows == 0:
+    ev = ev.select([c for c in ev.column_names if c in event_columns.TIMELINE])
+    # Arrow's masks, not numpy's over Python strings: a string column's to_numpy makes an
+    # object per row
+    keep = pc.and_(pc.and_(pc.fill_null(pc.equal(ev.column("step"), step), False),
+                           pc.invert(pc.is_in(ev.column("kind"),
+                                              pa.array(["annotation", "instant"])))),
+                   pc.fill_null(pc.equal(ev.column("ph"), "X"), False))
+    rows = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
+    if len(rows) == 0:
         return None
-    pairs = set(zip(_np(sub, "rank").tolist(), sub.column("track").to_pylist(), strict=True))
-    per_rank = max(-(-len(pairs) // max(len({r for r, _ in pairs}), 1)), 1)
+    pairs = ev.select(["rank", "track"]).take(rows).group_by(["rank", "track"]).aggregate([])
+    n_ranks = pc.count_distinct(pairs.column("rank"), mode="all").as_py()
+    per_rank = max(-(-pairs.num_rows // max(n_ranks, 1)), 1)
     ranks, selection = timeline_ranks(run, max(1, MAX_TIMELINE_TRACKS // per_rank))
-    return step, sub.filter(pa.array(np.isin(_np(sub, "rank"), ranks))), ranks, selection
+    rows = rows[np.isin(_np(ev, "rank")[rows], ranks)]
+    return step, ev, rows, ranks, selection
 
 
 def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
@@ -180,7 +184,8 @@ def step_timeline(run: RunData) -> tuple[bytes, int, str] | None:
     picked = _timeline_events(run)
     if picked is None:
         return None
-    step, sub, ranks, selection = picked
+    step, ev, rows, ranks, selection = picked
+    sub = ev.take(rows)
     if sub.num_rows > MAX_TIMELINE_EVENTS:
         dur = _np(sub, "end_us") - _np(sub, "start_us")
         sub = sub.take(pa.array(np.sort(np.argsort(-dur, kind="stable")[:MAX_TIMELINE_EVENTS])))
@@ -329,14 +334,15 @@ def timeline_data(run: RunData) -> dict | None:
     picked = _timeline_events(run)
     if picked is None:
         return None
-    step, sub, ranks, selection = picked
-    t0 = float(_np(sub, "start_us").min())
-    span = float(_np(sub, "end_us").max()) - t0
-    dur = _np(sub, "end_us") - _np(sub, "start_us")
-    if sub.num_rows > MAX_INTERACTIVE_EVENTS:
-        sub = sub.take(pa.array(np.sort(np.argsort(-dur, kind="stable")[:MAX_INTERACTIVE_EVENTS])))
-        dur = _np(sub, "end_us") - _np(sub, "start_us")
+    step, ev, idx, ranks, selection = picked
+    start, end = _np(ev, "start_us")[idx], _np(ev, "end_us")[idx]
+    t0 = float(start.min())
+    span = float(end.max()) - t0
+    if len(idx) > MAX_INTERACTIVE_EVENTS:
+        idx = idx[np.sort(np.argsort(-(end - start), kind="stable")[:MAX_INTERACTIVE_EVENTS])]
         selection += f"; the {MAX_INTERACTIVE_EVENTS:,} longest events"
+    sub = ev.take(idx)
+    dur = _np(sub, "end_us") - _np(sub, "start_us")
     rank = _np(sub, "rank").tolist()
     track = sub.column("track").to_pylist()
     dev = _np(sub, "is_device").astype(bool).tolist()

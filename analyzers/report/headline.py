@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers import rank_collectives
-from analyzers.report import fmt
+from analyzers.report import event_columns, fmt
 from analyzers.report.run_data import RunData
 from mtia_trace.run_meta import AS_MEASURED
 from mtia_trace.schema import ATTRIBUTION, DEVICE_KINDS
@@ -106,33 +106,30 @@ class Finding:
     hint: str           # what to look at next
 
 
-#: The events columns the findings read from critical events (filtering only these is several
-#: times cheaper than filtering the whole table with its text columns).
-_CRITICAL_COLUMNS = ("name", "kind", "is_device", "coll_op", "pg", "critical_us",
-                     *(f"{c}_us" for c in ATTRIBUTION))
 
 
-#: `_critical` of each live events table (the findings read it several times per report),
-#: dropped with the table.
-_critical_of: dict[int, pa.Table] = {}
+#: Each live events table's mask of the rows `_critical` keeps (None: none), computed once
+#: (the findings read critical events several times per report) and dropped with the table.
+_critical_mask_of: dict[int, pa.ChunkedArray | None] = {}
 
 
-def _critical(run: RunData) -> pa.Table:
-    """Critical events that are work (not annotations or instants): the columns the findings
-    read (`_CRITICAL_COLUMNS`)."""
+def _critical(run: RunData, columns: tuple[str, ...]) -> pa.Table:
+    """Critical events that are work (not annotations or instants): those of ``columns`` (all
+    in `event_columns.CRITICAL`) the events table has. Each caller filters only the columns it
+    reads: a copy of every column the findings read would stay for the whole report."""
+    assert set(columns) <= set(event_columns.CRITICAL), columns
     ev = run.events
-    if id(ev) in _critical_of:
-        return _critical_of[id(ev)]
-    sel = ev.select([c for c in ev.column_names if c in _CRITICAL_COLUMNS or c == "critical"])
-    if sel.num_rows == 0 or "critical" not in sel.column_names:
-        out = sel.slice(0, 0)
-    else:
-        mask = pc.and_(pc.fill_null(sel.column("critical"), False),
-                       pc.invert(pc.is_in(sel.column("kind"), pa.array(["annotation", "instant"]))))
-        out = sel.filter(mask).drop_columns(["critical"])
-    _critical_of[id(ev)] = out
-    weakref.finalize(ev, _critical_of.pop, id(ev), None)
-    return out
+    if id(ev) not in _critical_mask_of:
+        mask = None
+        if ev.num_rows and "critical" in ev.column_names:
+            mask = pc.and_(pc.fill_null(ev.column("critical"), False),
+                           pc.invert(pc.is_in(ev.column("kind"),
+                                              pa.array(["annotation", "instant"]))))
+        _critical_mask_of[id(ev)] = mask
+        weakref.finalize(ev, _critical_mask_of.pop, id(ev), None)
+    mask = _critical_mask_of[id(ev)]
+    sel = ev.select([c for c in ev.column_names if c in columns])
+    return sel.slice(0, 0) if mask is None else sel.filter(mask)
 
 
 def _top_group(table: pa.Table, keys: list[str], value: np.ndarray) -> tuple[tuple, float]:
@@ -171,18 +168,22 @@ class HostSplit:
     top_op_us: float
 
 
+#: The cost components of an op's own time (`host_split`).
+_OWN = ("compute", "fetch", "collective", "retry", "host")
+
+
 def host_split(run: RunData, a: Attribution) -> HostSplit:
     host = a.per_step_us["host"]
     untracked = (float(np.mean(_np(run.steps, "unexplained_us")))
                  if a.rank_steps and "unexplained_us" in run.steps.column_names else 0.0)
-    crit = _critical(run)
+    crit = _critical(run, ("name", "is_device", "critical_us", *(f"{c}_us" for c in _OWN)))
     if crit.num_rows == 0 or a.rank_steps == 0 or "critical_us" not in crit.column_names:
         return HostSplit(0.0, untracked, max(host - untracked, 0.0), None, 0.0)
     ops = crit.filter(pc.invert(crit.column("is_device")))
     # the host part of each op's critical own time (a host op's own time is host cost, but a
     # collective on a CPU worker thread is a transfer)
     cost = np.zeros(ops.num_rows)
-    for c in ("compute", "fetch", "collective", "retry", "host"):
+    for c in _OWN:
         cost += _np(ops, f"{c}_us").astype(float)
     hostf = np.divide(_np(ops, "host_us").astype(float), cost, out=np.zeros(len(cost)),
                       where=cost > 0)
@@ -197,9 +198,8 @@ def _collective_text(run: RunData, a: Attribution) -> str:
     """Collective transfers on the critical path, naming the (op, process group) with most."""
     total = a.per_step_us["collective"]
     base = f"{_cap(WORDS['collective'])} are {_of_step(total, a)}"
-    crit = _critical(run)
-    kind = _np(crit, "kind").astype(str) if crit.num_rows else np.array([], dtype=str)
-    coll = crit.filter(pa.array(np.isin(kind, ["collective", "p2p"])))
+    crit = _critical(run, ("kind", "coll_op", "pg", "collective_us"))
+    coll = crit.filter(pc.is_in(crit.column("kind"), pa.array(["collective", "p2p"])))
     if coll.num_rows == 0 or "collective_us" not in coll.column_names:
         return base
     filled = pa.table({"coll_op": pc.fill_null(coll.column("coll_op"), "collective"),
@@ -216,8 +216,8 @@ def _collective_text(run: RunData, a: Attribution) -> str:
 
 def _top_name_text(run: RunData, component: str, a: Attribution) -> str:
     text = f"{_cap(WORDS[component])} is {_of_step(a.per_step_us[component], a)}"
-    crit = _critical(run)
     col = f"{component}_us"
+    crit = _critical(run, ("name", col))
     if crit.num_rows == 0 or col not in crit.column_names:
         return text
     key, top = _top_group(crit, ["name"], _np(crit, col).astype(float))

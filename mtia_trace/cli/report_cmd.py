@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import typer
 
+from analyzers.report import event_columns
 from analyzers.report.build import build_report, report_dict
 from analyzers.report.render_html import render_html
 from analyzers.report.render_markdown import render_markdown
@@ -63,7 +64,7 @@ def report(
         return
     with Progress("report", total=3, quiet=quiet) as p:
         p.update("reading run")
-        data = load_run(run)
+        data = load_run(run, events_columns=event_columns.REPORT)
         p.update("analyzing")
         if fmt is ReportFormat.json:
             text: str | bytes = orjson.dumps(report_dict(data), option=orjson.OPT_INDENT_2
