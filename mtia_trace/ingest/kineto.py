@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mtia_trace import keys
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
 from mtia_trace.ingest.decode import (
@@ -173,6 +174,8 @@ def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], l
     return (d if d is not None else -1, s if s is not None else -1)
 
 
+#: integers up to this are exact in a float64
+_EXACT_IN_FLOAT = 2**53
 #: raw JSON shape args: columns of codes into the file's distinct raw values
 RAW_FIELDS = ("input_dims", "input_type", "concrete")
 #: columns held as int32 codes (-1: absent) -> the `RawFile.values` list the codes index
@@ -368,17 +371,35 @@ class _Columns:
     def _flow_ids(self, end: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
         """(the id of the flow at each (end, pid code, tid code, ts), whether there is one and
-        it is an integer); of flows given twice, the last counts."""
+        it is an integer); of flows given twice, the last counts.
+
+        Keys are complex numbers, (end, pid, tid) as one exact integer in the real part and ts
+        in the imaginary one, which numpy sorts and searches lexicographically: one stable
+        sort of the flows, one binary search per row (-0.0 and 0.0 compare equal, a NaN time
+        equals nothing)."""
         if "flow_ts" not in self.parts:
             return np.zeros(len(ts), dtype=np.int64), np.zeros(len(ts), dtype=bool)
-        flows = pd.MultiIndex.from_arrays(
-            [self._joined(k) for k in ("flow_end", "flow_pid", "flow_tid", "flow_ts")])
-        last = ~flows.duplicated(keep="last")
-        ids, ok = self._joined("flow_id")[last], self._joined("flow_ok")[last]
-        at = flows[last].get_indexer(pd.MultiIndex.from_arrays([end, pid, tid, ts]))
-        found = at >= 0
-        found[found] = ok[at[found]]
-        return ids[np.maximum(at, 0)], found
+        npid, ntid = len(self.pid.values), len(self.tid.values)
+        fts = self._joined("flow_ts")
+        nf = len(fts)
+        cols = [np.concatenate([self._joined(k), q])
+                for k, q in (("flow_end", end), ("flow_pid", pid), ("flow_tid", tid))]
+        both = np.empty(nf + len(ts), dtype=np.complex128)
+        if 2 * npid * ntid < _EXACT_IN_FLOAT:
+            both.real = (cols[0].astype(np.int64) * npid + cols[1]) * ntid + cols[2]
+        else:  # more threads than a float counts exactly: dense codes of the triples
+            both.real = keys.codes(*cols)
+        both.imag[:nf], both.imag[nf:] = fts, ts
+        del cols
+        flows, queries = both[:nf], both[nf:]
+        order = np.argsort(flows, kind="stable")
+        fk = flows[order]
+        last = np.r_[fk[1:] != fk[:-1], True]  # the last of each run of equal keys
+        fk, order = fk[last], order[last]
+        ids, ok = self._joined("flow_id")[order], self._joined("flow_ok")[order]
+        at = np.minimum(np.searchsorted(fk, queries), len(fk) - 1)
+        found = (fk[at] == queries) & ok[at]
+        return ids[at], found
 
     def add(self, events: list[Any]) -> None:
         rows, is_x, meta, flow_events, other, phases = _partition(events)
