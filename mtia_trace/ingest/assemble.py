@@ -104,6 +104,24 @@ def _sort(cols: dict[str, Any], args: np.ndarray, values: dict[str, list[Any]]
     return rows, args[order]
 
 
+def _track_time_order(tcode: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-dur, ts, tcode))``, in three cheaper sorts: a trace's rows come nearly in
+    time order, which a stable sort by ``ts`` alone takes fast; rows starting at the same time
+    are ordered longer first among themselves; then a stable sort by track (16-bit where the
+    tracks fit: a radix sort)."""
+    o = np.argsort(ts, kind="stable")
+    s = ts[o]
+    tie = s[1:] == s[:-1]
+    if tie.any():  # the rows of each run of equal starts, longer first
+        at = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])
+        run = np.cumsum(np.r_[True, ~tie])[at]
+        o[at] = o[at][np.lexsort((-dur[o[at]], run))]
+    t = tcode[o]
+    if len(t) and 0 <= t.min() and t.max() < 2**15:
+        t = t.astype(np.int16)
+    return o[np.argsort(t, kind="stable")]
+
+
 def _order(rank: np.ndarray, tcode: np.ndarray, ts: np.ndarray, dur: np.ndarray,
            file: np.ndarray) -> np.ndarray:
     """The stable sort by (rank, track, ts, longer first) of rows laid out file by file: each
@@ -113,7 +131,7 @@ def _order(rank: np.ndarray, tcode: np.ndarray, ts: np.ndarray, dur: np.ndarray,
     if len(np.unique(rank[starts])) < len(starts):  # not one rank per file: sort everything
         return np.lexsort((-dur, ts, tcode, rank))
     ends = np.r_[starts[1:], len(file)]
-    parts = [lo + np.lexsort((-dur[lo:hi], ts[lo:hi], tcode[lo:hi]))
+    parts = [lo + _track_time_order(tcode[lo:hi], ts[lo:hi], dur[lo:hi])
              for lo, hi in zip(starts.tolist(), ends.tolist())]
     return np.concatenate([parts[f] for f in np.argsort(rank[starts], kind="stable").tolist()])
 

@@ -90,6 +90,7 @@ _PH = attrgetter("ph")
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
 _ID, _CAT, _PID, _TID, _TS, _DUR = map(attrgetter, ("id", "cat", "pid", "tid", "ts", "dur"))
+_DEVICE, _STREAM = attrgetter("device"), attrgetter("stream")
 _META = attrgetter("name", "pid", "tid", "args")
 #: how `_partition` groups the phases: complete and instant rows, metadata, flows, the others
 _COMPLETE_GROUP, _INSTANT_GROUP, _META_GROUP, _FLOW_GROUP, _OTHER_GROUP = range(5)
@@ -243,9 +244,10 @@ def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
     bulk of the ingest's memory until the table is built. The ones kept drop their raw shape
     views (shapes are columns by now) and share one string per distinct process-group rank list."""
     spent = np.fromiter(map(_none_late, present), dtype=bool, count=len(present))
-    host = np.flatnonzero(~is_device[arg_rows])
-    if len(host):  # a host event's stream is read later (stream synchronize calls)
-        spent[host[[present[j].stream is not None for j in host.tolist()]]] = False
+    # a host event's stream is read later (stream synchronize calls)
+    spent &= ~(~is_device[arg_rows] & np.fromiter(map(is_not, map(_STREAM, present),
+                                                      repeat(None)), dtype=bool,
+                                                  count=len(present)))
     spent &= ~keep_cat[arg_rows]
     args[arg_rows[spent]] = None
     seen: dict[str, str] = {}
@@ -280,8 +282,10 @@ def _partition(events: list[Any]) -> tuple[list[Any], np.ndarray, list[Any], lis
     phases = dict(zip(ph_of, np.bincount(code, minlength=len(ph_of)).tolist()))
     group = np.array([_GROUP.get(p, _OTHER_GROUP) for p in ph_of], dtype=np.int8)[code]
 
+    every = np.fromiter(events, dtype=object, count=len(events))
+
     def take(mask: np.ndarray) -> list[Any]:
-        return list(compress(events, mask.tolist())) if mask.any() else []
+        return every[mask].tolist() if mask.any() else []
 
     is_row = group <= _INSTANT_GROUP
     rows = take(is_row)
@@ -353,11 +357,14 @@ class _Columns:
         whether it ends a flow, pid and tid (codes of the rows' coders), ts and the id as int64
         (`_as_int`) and whether it is one. The events themselves are not kept: on GPU traces
         they are a third of the file, and a piece's objects kept past it hold its memory."""
-        fl = [e for e in flow_events if e.cat in FLOW_CATS and e.id is not None]
+        ids: list[Any] = list(map(_ID, flow_events))
+        fl = flow_events
+        if None in ids or not FLOW_CATS.issuperset(map(_CAT, flow_events)):
+            keep = [e.cat in FLOW_CATS and v is not None for e, v in zip(flow_events, ids)]
+            fl, ids = list(compress(fl, keep)), list(compress(ids, keep))
         if not fl:
             return
         n = len(fl)
-        ids: list[Any] = list(map(_ID, fl))
         ok = np.ones(n, dtype=bool)
         if set(map(type, ids)) != {int}:  # ints are the usual case; Int64 bounds them
             ids = [_as_int(v) for v in ids]
@@ -431,8 +438,12 @@ class _Columns:
         self._keep(**_raw_codes(present, arg_rows, n, self.raw))
         dev_idx = np.flatnonzero(is_device)
         dargs = args[dev_idx].tolist()  # where a device row runs, read before args are dropped
-        self._keep(dev_device=self.device([a.device if a is not None else None for a in dargs]),
-                   dev_stream=self.stream([a.stream if a is not None else None for a in dargs]))
+        if None in dargs:
+            self._keep(dev_device=self.device([None if a is None else a.device for a in dargs]),
+                       dev_stream=self.stream([None if a is None else a.stream for a in dargs]))
+        else:
+            self._keep(dev_device=self.device(map(_DEVICE, dargs), len(dargs)),
+                       dev_stream=self.stream(map(_STREAM, dargs), len(dargs)))
         del dargs
         if len(arg_rows):
             ext = _ids(present, _EXT)
