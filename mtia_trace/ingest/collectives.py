@@ -83,13 +83,15 @@ def _ranks_text(ranks: list[Any], texts: dict[tuple[int, ...], str]) -> str:
 
 
 def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, launch: np.ndarray,
-         dist_by_rank: dict[int, dict[str, Any]], gloo_tracks: set[str]
-         ) -> tuple[dict[str, np.ndarray], list[str]]:
+         dist_by_rank: dict[int, dict[str, Any]], gloo_tracks: set[str], *,
+         is_coll: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """The collective columns (coll_op, coll_bytes_in/out, group_size, pg, pg_ranks, coll_seq;
-    rows in events-table order) and the warnings found."""
+    rows in events-table order) and the warnings found. ``is_coll``: whether each row's kind
+    is one of `COMM_KINDS`, where the caller knows."""
     name, rank, is_dev, ts = rows.name, rows.rank, rows.is_device, rows.ts_us
     n = len(kind)
-    is_coll = np.logical_or.reduce([kind == k for k in COMM_KINDS])
+    if is_coll is None:
+        is_coll = np.logical_or.reduce([kind == k for k in COMM_KINDS])
     idx = np.flatnonzero(is_coll)
     warnings: list[str] = []
     coll_op = np.full(n, None, dtype=object)
