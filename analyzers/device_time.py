@@ -25,7 +25,7 @@ DESCRIPTION = "Device busy and idle time per stream and per rank within the step
 SCHEMA = pa.schema([
     ("rank", pa.int32()),
     ("stream", pa.string()),        # device track ('dev:<device>:<stream>') or 'all'
-    ("window_us", pa.float64()),    # the rank's summed step wall time (us)
+    ("window_us", pa.float64()),    # the rank's step wall time (us): its windows' union
     ("busy_us", pa.float64()),      # time any work ran on the stream(s) (us)
     ("kernel_us", pa.float64()),    # of busy: kernels other than collectives and copies (us)
     ("collective_us", pa.float64()),  # of busy: collectives / p2p, when no kernel ran (us)
@@ -85,7 +85,8 @@ def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
     sws, swe = steps.column("start_us").to_numpy(), steps.column("end_us").to_numpy()
     out: dict[str, list] = {f.name: [] for f in SCHEMA}
     for r in np.unique(rank).tolist():  # ranks: few
-        ws, we = sws[srank == r], swe[srank == r]
+        # windows of one rank may overlap (concurrent requests): their union
+        ws, we = union(sws[srank == r], swe[srank == r])
         window = float((we - ws).sum())
         a, b = np.searchsorted(rank, [r, r + 1])
         rows: list[tuple[str, slice]] = [("all", slice(a, b))]

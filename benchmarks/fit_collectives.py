@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {s}.toml carries fill {have[0]:g}, group launch {have[1]:g}"
               + ("" if have == (fill, launch[s]) else "  <- differs from the fit"))
     cols = "".join(f" {k:>8}" for k in ("median", "p90", *(b[0] for b in BANDS)))
-    head = f"{'table':<44} {'-g':>2}  in-sample{cols[9:]}   | leave-one-out{cols[13:]}   LOO fill"
+    head = (f"{'table':<44} {'-g':>2}  in-sample{cols[9:]}   | leave-one-out{cols[13:]}   LOO fill"
+            "  LOO launch")
     print(head)
     print("-" * len(head))
     passes = {"in": 0, "loo": 0}
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     for t in tables:
         ins = summary(t, fill, launch[t.spec])
         f2, l2 = fit([u for u in tables if u is not t])
-        loo = summary(t, f2, l2.get(t.spec, prior_launch(t.spec)))
+        launch2 = l2.get(t.spec, prior_launch(t.spec))
+        loo = summary(t, f2, launch2)
         for key, s in (("in", ins), ("loo", loo)):
             passes[key] += int(s["median"] <= 0.15 and s["p90"] <= 0.35  # type: ignore[operator]
                                and all(s[b[0]] is None or s[b[0]] <= 0.15  # type: ignore[operator]
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 band_pass[label][2] += 1
                 band_pass[label][0] += int(ins[label] <= 0.15)  # type: ignore[operator]
                 band_pass[label][1] += int(loo[label] <= 0.15)  # type: ignore[operator]
-        print(f"{t.name:<44} {t.g:>2} {_cells(ins)}   | {_cells(loo)}   {f2:g}")
+        print(f"{t.name:<44} {t.g:>2} {_cells(ins)}   | {_cells(loo)}   {f2:<8g}  {launch2:g}")
     print(f"tables within median <= 15%, p90 <= 35% and every band's median <= 15%: "
           f"in-sample {passes['in']}/{len(tables)}, leave-one-out {passes['loo']}/{len(tables)}")
     print("band median <= 15% (in-sample / leave-one-out / tables with rows in the band): "

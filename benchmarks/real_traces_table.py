@@ -6,7 +6,8 @@ Columns: ``busy`` devices busy (any stream running) over the step wall time, as 
 ``device_time`` analyzer); ``queue max`` the most launches a stream held (the launching call
 included; the replay's ``launch_queue`` notes, ``-`` when the replay does not report it);
 ``x0.1 dev`` the mean step of ``replay --hw SPEC --whatif 'track=dev:*:x0.1'`` over that of
-``replay --hw SPEC`` (SPEC: the bundled spec closest to the hardware that recorded the trace;
+``replay --hw SPEC`` (a trace without steps that serves requests: the mean request latency,
+`replay.graph.requests`) (SPEC: the bundled spec closest to the hardware that recorded the trace;
 as measured for CPU traces, which have no device); ``verdict`` / ``verdict on spec`` the
 report's headline verdict (`analyzers.report.headline.verdict`) on the as-measured replay and on
 the replay on SPEC; ``validate`` / ``strict`` the worst step

@@ -1,7 +1,9 @@
 """Per rank and step, every microsecond of the step's replayed wall time in exactly one category.
 
 A step's window is its ``ProfilerStep#N`` annotation on that rank (replayed start to end); without
-one, the span of the step's events; a trace without steps is one step (-1) per rank. The window is
+one, the span of the step's events; a trace without steps is one step per rank, unless the rank
+serves requests (`replay.graph.requests`): then each request is a window (step = its number on
+the rank, by measured start), and a step's figures are that request's latency. The window is
 attributed by walking the critical path back from the window's end (`critical_path.walk`).
 `check_attribution` verifies the invariant; `replay_events` runs it on every replay.
 """
@@ -122,6 +124,13 @@ def window_spans(events: pa.Table, g: Graph) -> StepWindows:
             key = (int(g_rank[i]), int(g_step[i]))
             if key not in seen:
                 spans[key] = (i, float(g_te[i] - g_ts[i]))
+    # a rank serving requests (`replay.graph.requests`): each request is a window
+    req = g.requests if g.requests is not None else np.zeros(0, dtype=np.int64)
+    for r in np.unique(rank[req]).tolist():  # ranks: few
+        mine = req[rank[req] == r]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        spans = {k: v for k, v in spans.items() if k[0] != r}
+        seen |= {(int(r), i): (int(e), float(dur[e])) for i, e in enumerate(mine.tolist())}
     keys = sorted([*seen, *spans])
     mark = np.array([seen[k][0] if k in seen else -1 for k in keys], dtype=np.int64)
     meas = np.array([seen[k][1] if k in seen else spans[k][1] for k in keys], dtype=np.float64)

@@ -594,6 +594,29 @@ def test_fit_script_without_tables_says_so_and_exits_0(tmp_path: Path,
     assert "nothing to fit" in capsys.readouterr().out
 
 
+def test_fit_script_prints_each_held_out_tables_refitted_launch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The leave-one-out columns end with the fill and the launch cost refitted without the
+    table: for a spec fitted on two tables, the other table's fit alone."""
+    import shutil
+
+    import fit_collectives
+
+    names = ("azure_nda100v4_1node_allreduce_busbw", "stas00_a100_1node_allreduce")
+    for n in names:
+        shutil.copy(NCCL_TABLES / f"{n}.json", tmp_path / f"{n}.json")
+    assert fit_collectives.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("table "))
+    assert head.rstrip().endswith("LOO fill  LOO launch")
+    tables = fit_collectives.load(tmp_path)
+    assert [t.name for t in tables] == list(names)
+    for t in tables:
+        fill, launch = fit_collectives.fit([u for u in tables if u is not t])
+        row = next(line for line in out.splitlines() if line.startswith(t.name))
+        assert [float(x) for x in row.split()[-2:]] == [fill, launch["a100"]]
+
+
 # --- NVLS placement (comm.nvls_placement: NCCL < 2.20 "chunked", >= 2.20 "balanced") ---------
 
 

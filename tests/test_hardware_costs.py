@@ -111,20 +111,46 @@ def test_copies_and_embedding() -> None:
     assert c.fetch_us[1] > 1e8 / (3350e3 * 0.8)          # gathers slower than streaming
 
 
-def test_embedding_backward_priced_at_its_own_efficiency() -> None:
-    """The TBE backward (fused optimizer update) moves its bytes at the spec's backward
-    fraction of HBM peak, the forward at the forward one: with the cache off, the time ratio of
-    two equal-byte kernels is the ratio of the two fractions."""
+def test_embedding_backward_priced_at_its_own_concurrency() -> None:
+    """The TBE backward (fused optimizer update) and the forward share the device's bandwidth
+    side (peak x ceiling) and each has its own latency side: with the cache off, two equal-byte
+    kernels take 1/(peak x ceiling) + 1/rate of their direction per byte."""
     fwd = "fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel"
     bwd = "fbgemm_gpu::split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel"
     rows = [dict(kind="embedding", name=fwd, bytes_read=1e8),
             dict(kind="embedding", name=bwd, bytes_read=1e8)]
-    for f, b in ((0.5, 0.25), (0.8, 0.4)):
-        spec = load_spec("h100", ["cache.capacity_MB=0.000001", f"hbm.gather_efficiency={f}",
-                                  f"hbm.gather_backward_efficiency={b}"])
+    for f, b in ((8000.0, 1000.0), (20000.0, 4000.0)):
+        spec = load_spec("h100", ["cache.capacity_MB=0.000001", "hbm.gather_ceiling=0.8",
+                                  f"hbm.gather_concurrency_GBps={f}",
+                                  f"hbm.gather_backward_concurrency_GBps={b}"])
         c = model_for(spec, mode="roofline").cost(events(rows))
         t = c.compute_us + c.fetch_us
-        assert t[1] / t[0] == pytest.approx(f / b, rel=1e-6)
+        side = 1 / (3350 * 0.8)
+        assert t[0] == pytest.approx(1e8 / 1e3 * (side + 1 / f), rel=1e-9)
+        assert t[1] / t[0] == pytest.approx((side + 1 / b) / (side + 1 / f), rel=1e-9)
+
+
+def test_more_hbm_bandwidth_on_the_same_die_speeds_gathers_less() -> None:
+    """H200 is H100's die with 4.8 instead of 3.35 TB/s: a streaming kernel speeds up by the
+    bandwidth ratio, an embedding gather by less (its latency side, bytes in flight over memory
+    latency, is the die's), and the latency-bound backward least; with unbounded concurrency a
+    gather would also get the whole ratio."""
+    rows = [dict(kind="elementwise", bytes_read=1e9),
+            dict(kind="embedding", name="split_embedding_codegen_forward_kernel", bytes_read=1e9),
+            dict(kind="embedding", name="split_embedding_backward_codegen_kernel", bytes_read=1e9)]
+    off = ["cache.capacity_MB=0.000001"]
+
+    def times(name: str, sets: list[str]) -> np.ndarray:
+        c = model_for(load_spec(name, off + sets), mode="roofline").cost(events(rows))
+        return c.compute_us + c.fetch_us
+
+    speedup = times("h100", []) / times("h200", [])
+    bw = 4800 / 3350
+    assert speedup[0] == pytest.approx(bw, rel=1e-9)
+    assert 1.0 < speedup[2] < speedup[1] < bw
+    unbounded = ["hbm.gather_concurrency_GBps=1e7", "hbm.gather_backward_concurrency_GBps=1e7"]
+    assert times("h100", unbounded)[1:] / times("h200", unbounded)[1:] == \
+        pytest.approx([bw, bw], rel=1e-3)
 
 
 def test_scaled_mode_keeps_measured_inefficiency() -> None:

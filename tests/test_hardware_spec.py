@@ -12,7 +12,7 @@ from replay.hardware import list_specs, load_spec
 from replay.hardware.spec import CONFIDENCES, REQUIRED_KEYS
 
 SYNTH_KEYS = ("compute.peak_tflops_bf16", "compute.peak_tflops_fp32", "compute.efficiency_gemm",
-              "hbm.bandwidth_GBps", "hbm.efficiency", "hbm.gather_efficiency",
+              "hbm.bandwidth_GBps", "hbm.efficiency", "hbm.gather_ceiling",
               "host.kernel_launch_us", "network.ranks_per_node", "network.intra_node_GBps",
               "network.inter_node_GBps", "network.intra_ring_simple_us")
 

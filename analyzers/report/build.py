@@ -338,6 +338,7 @@ def _verdict_dict(run: RunData, a: Attribution) -> dict | None:
             "max_queued": v.max_queued, "queue_full": v.queue_full,
             "blocked_launches": v.blocked_launches, "thread_waits": v.thread_waits,
             "conflicts": list(v.conflicts), "hardware_neutral": v.hardware_neutral,
+            "windows": "requests" if v.requests else "steps", "requests": v.requests,
             "text": v.sentence()}
 
 

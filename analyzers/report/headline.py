@@ -310,6 +310,17 @@ class Verdict:
     thread_waits: int               # cross-thread waits the graph inferred
     conflicts: tuple[str, ...]      # measures that contradict the critical path
     hardware_neutral: bool
+    requests: dict[str, int] | None = None  # request type -> count when the windows are requests
+
+    def windows(self) -> str:
+        """What a step is, when it is not a ``ProfilerStep``: the run's requests."""
+        if not self.requests:
+            return ""
+        n = sum(self.requests.values())
+        top = sorted(self.requests.items(), key=lambda kv: -kv[1])[:3]
+        kinds = ", ".join(f"{c:,} `{name}`" for name, c in top)
+        return (f" The trace has no step annotations: the windows are its {n:,} requests "
+                f"({kinds}), and a step is one request's latency.")
 
     def sentence(self) -> str:
         crit = ", ".join(f"{k} {fmt.pct(v)}" for k, v in self.critical.items())
@@ -323,6 +334,7 @@ class Verdict:
         if self.thread_waits:
             measured.append(f"{self.thread_waits:,} cross-thread waits")
         seen = f" The trace measures {', '.join(measured)}." if measured else ""
+        seen += self.windows()
         if self.label == "unsettled":
             return (f"**Verdict unsettled.** The replay's critical path is mostly host time "
                     f"({crit}), but {' and '.join(self.conflicts)}: either the host time is "
@@ -406,8 +418,9 @@ def verdict(run: RunData, a: Attribution | None = None) -> Verdict:
         label = "unsettled"
     neutral = (label == "host-bound" and not conflicts and a.step_us > 0
                and device_share(a) < HOST_BOUND_DEVICE_SHARE)
+    req = notes.get("requests") or {}
     return Verdict(label, critical, busy, max_q, full, blocked, thread, tuple(conflicts),
-                   neutral)
+                   neutral, dict(req.get("types") or {}) or None)
 
 
 def findings(run: RunData, a: Attribution | None = None) -> list[Finding]:

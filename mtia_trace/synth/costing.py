@@ -26,6 +26,7 @@ from mtia_trace.ingest.shapes import dtype_size
 from mtia_trace.synth.sharding import Collective
 from replay.hardware import collectives as coll_mod
 from replay.hardware import load_spec
+from replay.hardware.compute import gather_GBps
 from replay.hardware.model import POOL_CLASSES, HardwareModel, pool_class
 
 #: Assumed host-side costs of a PyTorch eager step (Python + dispatcher), in us.
@@ -113,8 +114,8 @@ class SourceHardware:
             eff_gemm=float(v("compute.efficiency_gemm")),
             eff_other=float(g("compute.efficiency_other", v("compute.efficiency_gemm"))),
             hbm=hbm * float(v("hbm.efficiency")),
-            gather=hbm * float(v("hbm.gather_efficiency")),
-            gather_backward=hbm * float(v("hbm.gather_backward_efficiency")),
+            gather=gather_GBps(spec) * 1e3,
+            gather_backward=gather_GBps(spec, backward=True) * 1e3,
             launch_us=float(v("host.kernel_launch_us")),
             ranks_per_node=int(v("network.ranks_per_node")),
             device_name=str(getattr(spec, "description", name)).split(":")[0],

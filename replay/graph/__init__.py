@@ -86,6 +86,7 @@ from replay.graph.collectives import Collectives, match_collectives, worker_pool
 from replay.graph.contention import contention_edges
 from replay.graph.cycles import cycle_edges
 from replay.graph.events import EventArrays, _is_in, event_arrays, event_times, time_keys
+from replay.graph.requests import find_requests, release_arrivals
 from replay.graph.sync import (
     Launches,
     device_wait_edges,
@@ -94,7 +95,7 @@ from replay.graph.sync import (
     host_wait_edges,
     order_streams,
 )
-from replay.graph.threads import thread_waits
+from replay.graph.threads import MIN_WAIT_US, thread_waits
 from replay.graph.waits import WAIT_CONSUMERS, WAIT_LEAD_IN, collective_waits
 
 __all__ = ["EDGE_CODE", "MAX_READY_LAG_US", "Graph", "_is_in", "build_graph", "event_times",
@@ -160,6 +161,9 @@ class Graph:
     #   gives the event no pool of its own
     pool_capacity: np.ndarray | None = None
     #   per pool: how many worker threads it has
+    requests: np.ndarray | None = None
+    #   event ids of the requests of ranks without step annotations (`replay.graph.requests`):
+    #   each one is a window of its own
 
 
 def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> Graph:
@@ -205,6 +209,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     ch = point_chains(ev, tr_chain, chain_ids, pooled)
     # host gaps outside every event of their thread (annotations do not count: they mark time)
     unexplained_gap = _outside_events(ch.order, ch.track_ptr, ch.track_is_device, ev.passive)
+    idle_before = unexplained_gap.copy()
     # an op's own duration (below: unless a wait no thread explains); a passive leaf (an
     # annotation with nothing in it) stays a gap
     unexplained_gap[ch.leaf_end & ~ev.passive[ch.order // 2]] = False
@@ -225,8 +230,10 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         if n_cons:
             notes["collective_waits_at_consumers"] = n_cons
         unexplained_gap[wk[seen]] = False  # a collective wait's return latency
+    req = find_requests(events, ev, ch.order, ch.gap, idle_before, MIN_WAIT_US)
     tsrc, tk, tlag, tunx, (sf, sto), n_thr = thread_waits(ev, names, ch.order, ch.track_ptr,
-                                                         ch.track_is_device, ch.gap, ch.tpos)
+                                                         ch.track_is_device, ch.gap, ch.tpos,
+                                                         req.spans)
     notes |= n_thr
     if len(tsrc):
         np.minimum.at(ch.gap, tk, tlag)
@@ -255,6 +262,9 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
         cross = Edges(cross.src_pt[k], cross.dst_pt[k], cross.lag[k], cross.etype[k])
     base = chain_bases(ev, ch)
     base[ch.order[sto]] = -np.inf  # started by a thread edge, not pinned where measured
+    if len(req.ids):
+        notes["requests"] = {"windows": len(req.ids), "types": req.names,
+                             "released": release_arrivals(req, ch.order, ch.gap, ch.ptime, base)}
     pinned = _pin_inputless_starts(ev, ch, base, cross)
     notes["device_starts_without_input"] = int((pinned > 0).sum())
     return Graph(n=ev.n, order=ch.order, track_ptr=ch.track_ptr, track_is_device=ch.track_is_device,
@@ -266,7 +276,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
                  via_launch=via_launch, unexplained_lag=ready_lag.copy(),
                  unexplained_gap=unexplained_gap, wait_lag=wait_lag, pinned_us=pinned,
                  unlaunched=_unlaunched(ev, lc, coll, streamlike), thread_started=sto,
-                 contention_tail=contention_tail)
+                 contention_tail=contention_tail, requests=req.ids if len(req.ids) else None)
 
 
 def _unlaunched(ev: EventArrays, lc: Launches, coll: Collectives, streamlike: np.ndarray

@@ -18,7 +18,10 @@ first `RESUME_FRACTION` (the engine thread running the next ``backward``, not on
 was started by it: the waiting thread's point before the gap → the worker's first point after
 its idle time began is a ``thread`` edge with the measured delay (counted as unexplained), and
 the worker's idle gap is dropped, so a faster main thread (or faster device work it waits on)
-starts it earlier. Limits: a wait on a thread the trace does not record, or on several threads
+starts it earlier. A thread holding requests (`replay.graph.requests`: a trace without steps) waits the same way
+inside its requests, on the threads of its process that hold none. The edge to a started thread
+runs to its first point in the gap (marks before it stay where measured). Limits: a wait on a
+thread the trace does not record, or on several threads
 at once, is not inferred; a worker's idle gap that no wait of the main thread starts is kept
 as measured; the thresholds are assumed.
 """
@@ -67,13 +70,16 @@ def _blocks(ids: np.ndarray, ts: np.ndarray, end: np.ndarray
 
 
 def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
-                 track_ptr: np.ndarray, chain: np.ndarray, gap: np.ndarray, tpos: np.ndarray
+                 track_ptr: np.ndarray, chain: np.ndarray, gap: np.ndarray, tpos: np.ndarray,
+                 requests: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                             tuple[np.ndarray, np.ndarray], dict[str, object]]:
     """(source event ids, waiting positions, lags) of the ``thread`` edges, the positions of
     unexplained waits, (waiting position before the wait, first position of the thread it
     started or restarted) pairs, and notes. ``track_names``: each track's name; the chain arrays are
-    `replay.graph.chains.Chains`'."""
+    `replay.graph.chains.Chains`'. ``requests``: per thread holding requests
+    (`replay.graph.requests`), their measured (starts, ends): such a thread waits like a main
+    thread inside its requests, on the threads of its process that hold none."""
     src: list[int] = []
     pos: list[int] = []
     lag: list[float] = []
@@ -88,6 +94,8 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
         if p is not None:
             by_proc.setdefault((int(ev.rank[ev.runs[t]]), p), []).append(t)
     waited_us = 0.0
+    requests = requests or {}
+    in_requests = 0
     for threads in by_proc.values():  # processes: few
         if len(threads) < 2:
             continue
@@ -97,9 +105,16 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
             ids = ids[work[ids]]
             if len(ids):
                 blocks[t] = _blocks(ids, ev.ts, ev.end)
-        for a in [_main_thread(threads, track_names, ev.runs)]:
+        main = _main_thread(threads, track_names, ev.runs)
+        waiters = [(main, None)] + [(t, requests[t]) for t in threads
+                                    if t in requests and t != main]
+        for a, spans in waiters:
             lo, hi = int(track_ptr[a]) + 1, int(track_ptr[a + 1])
             k = lo + np.flatnonzero(gap[lo:hi] >= MIN_WAIT_US)
+            if spans is not None and len(k):
+                # a request thread: only gaps inside one of its requests
+                j = np.searchsorted(spans[0], tpos[k - 1], side="right") - 1
+                k = k[(j >= 0) & (tpos[k] <= spans[1][np.maximum(j, 0)])]
             if not len(k):
                 continue
             w0, w1 = tpos[k - 1], tpos[k]
@@ -108,7 +123,7 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
             best_thr = np.full(len(k), -1, dtype=np.int64)
             busy_any = np.zeros(len(k), dtype=bool)
             for b, (bs, be, bop) in blocks.items():
-                if b == a:
+                if b == a or (spans is not None and b in requests):
                     continue
                 # busy time of b inside each window, from the blocks' running sum
                 cum = np.concatenate([[0.0], np.cumsum(be - bs)])
@@ -139,7 +154,10 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
                 b = int(best_thr[i])
                 bs, be = blocks[b][0], blocks[b][1]
                 if bs[0] > w0[i]:  # the thread's first work: started by this wait
-                    started.setdefault(int(track_ptr[b]), int(k[i] - 1))
+                    # its first point in the gap (marks before the gap stay where measured)
+                    ta, tz = int(track_ptr[b]), int(track_ptr[b + 1])
+                    at = ta + int(np.searchsorted(tpos[ta:tz], w0[i], side="left"))
+                    started.setdefault(min(at, tz - 1), int(k[i] - 1))
                     continue
                 # the thread idle when the wait began and taking up work right after it (the
                 # engine thread running the next ``backward``): restarted by this wait
@@ -154,6 +172,8 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
                                                   else "left"))
                     if at < tz:
                         started.setdefault(at, int(k[i] - 1))
+            if spans is not None:
+                in_requests += int(hit.sum())
             src.extend(best_src[hit].tolist())
             pos.extend(k[hit].tolist())
             lag.extend((w1[hit] - best_end[hit]).tolist())
@@ -166,6 +186,8 @@ def thread_waits(ev: EventArrays, track_names: list[str], order: np.ndarray,
     notes: dict[str, object] = {"thread_waits": len(src), "thread_waited_us": waited_us,
                                 "thread_waits_unexplained": len(unexplained),
                                 "threads_started": len(st_to)}
+    if requests:
+        notes["thread_waits_in_requests"] = in_requests
     return (np.asarray(src, dtype=np.int64), np.asarray(pos, dtype=np.int64),
             np.asarray(lag, dtype=np.float64), np.asarray(unexplained, dtype=np.int64),
             (st_from, st_to), notes)

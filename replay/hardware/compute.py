@@ -119,22 +119,38 @@ def is_link_copy(names: pa.ChunkedArray) -> np.ndarray:
 def is_embedding_backward(names: pa.ChunkedArray) -> np.ndarray:
     """True for embedding backward work (the TBE backward with its fused optimizer update,
     ``embedding_dense_backward``, ``embedding_bag_backward``): priced at
-    ``hbm.gather_backward_efficiency`` instead of the forward gather's."""
+    ``hbm.gather_backward_concurrency_GBps`` instead of the forward gather's."""
     pattern = "(?i)(backward|_bwd)"
     return pc.fill_null(pc.match_substring_regex(names, pattern), False).to_numpy(zero_copy_only=False)
+
+
+def gather_GBps(spec: HardwareSpec, backward: bool = False) -> float:
+    """Sustained HBM rate (GB/s) of an embedding kernel's uncached bytes.
+
+    A gather's time per byte has a bandwidth part and a latency part. The bandwidth part is
+    the device's: peak x ``hbm.gather_ceiling``, what random row reads reach with enough of
+    them in flight. The latency part is the kernel's: by Little's law a kernel keeping Q bytes
+    in flight against a memory latency L moves Q / L bytes per unit time
+    (``hbm.gather_concurrency_GBps``, ``hbm.gather_backward_concurrency_GBps`` for the backward
+    with its fused optimizer update), a property of the SMs and the memory path, not of the
+    HBM's peak. Each request waits the latency and then its transfer (the Hockney form of the
+    collectives' alpha-beta model): ``1 / rate = 1 / (peak x ceiling) + 1 / (Q / L)``. So a
+    part with the same die and more HBM bandwidth speeds gathers up by less than its
+    bandwidth ratio."""
+    peak = float(spec.value("hbm.bandwidth_GBps"))
+    key = "hbm.gather_backward_concurrency_GBps" if backward else "hbm.gather_concurrency_GBps"
+    return 1.0 / (1.0 / (peak * float(spec.value("hbm.gather_ceiling")))
+                  + 1.0 / float(spec.value(key)))
 
 
 def gather_us_per_byte(spec: HardwareSpec, hit: np.ndarray | float,
                        backward: np.ndarray | bool = False) -> np.ndarray:
     """Time (us) per byte an embedding kernel moves: the cached share at the cache bandwidth,
-    the rest at the HBM bandwidth times the measured TBE efficiency of its direction
-    (``hbm.gather_efficiency`` forward, ``hbm.gather_backward_efficiency`` for the backward
-    with its fused optimizer update)."""
-    hbm = float(spec.value("hbm.bandwidth_GBps")) * 1e3
-    eff = np.where(backward, float(spec.value("hbm.gather_backward_efficiency")),
-                   float(spec.value("hbm.gather_efficiency")))
+    the rest at `gather_GBps` of its direction (forward, or backward with its fused optimizer
+    update)."""
+    rate = np.where(backward, gather_GBps(spec, backward=True), gather_GBps(spec)) * 1e3
     cache_bw = float(spec.value("cache.bandwidth_GBps")) * 1e3
-    return np.asarray(hit / cache_bw + (1.0 - np.asarray(hit)) / (hbm * eff), dtype=float)
+    return np.asarray(hit / cache_bw + (1.0 - np.asarray(hit)) / rate, dtype=float)
 
 
 def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: np.ndarray,

@@ -46,8 +46,9 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "hbm.bandwidth_GBps",
     "hbm.capacity_GB",
     "hbm.efficiency",
-    "hbm.gather_efficiency",
-    "hbm.gather_backward_efficiency",
+    "hbm.gather_ceiling",
+    "hbm.gather_concurrency_GBps",
+    "hbm.gather_backward_concurrency_GBps",
     "cache.capacity_MB",
     "cache.bandwidth_GBps",
     "cache.zipf_alpha",
@@ -121,7 +122,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 #: Keys that must lie in (0, 1].
 FRACTIONS = ("compute.efficiency_gemm", "compute.efficiency_other", "hbm.efficiency",
-             "hbm.gather_efficiency", "hbm.gather_backward_efficiency", "comm.intra_efficiency",
+             "hbm.gather_ceiling", "comm.intra_efficiency",
              "comm.inter_efficiency")
 
 
@@ -421,6 +422,7 @@ RULES: dict[str, Rule] = {
     "comm.comm_ctas": Rule(int, 0, 10**6, unit="(count; 0 = no SMs reserved for communication)"),
     "comm.mem_contention": Rule(float, 0, 10, unit="(slowdown fraction)"),
     "comm.overlap_slowdown": Rule(float, 0, 10, unit="(slowdown fraction)"),
+    "hbm.gather_ceiling": _FRACTION,
     "comm.ring_plateau": Rule(float, 0, 100, lo_open=True, unit="(latency factor)"),
     "loss.ib_timeout": Rule(int, 0, 31, unit="(exponent: RTO = 4.096 us x 2^n)"),
     "loss.mtu_bytes": Rule(int, 64, 2**20, unit="bytes"),
