@@ -200,16 +200,16 @@ def _steps(rows: Rows) -> np.ndarray:
     return step
 
 
-def _launches(rows: Rows, kind: np.ndarray) -> np.ndarray:
+def _launches(rows: Rows, kind_in: KindIn) -> np.ndarray:
     """Device event -> event_id of the runtime call with the same (rank, correlation)."""
     is_dev, corr, rank = rows.is_device, rows.correlation, rows.rank
-    n = len(kind)
+    n = len(rows)
     launch = np.full(n, -1, dtype=np.int64)
-    host = np.flatnonzero((kind == "runtime") & ~is_dev & (corr >= 0))
-    dev = np.flatnonzero(is_dev & (kind != "annotation") & (corr >= 0))
+    host = np.flatnonzero(kind_in(("runtime",)) & ~is_dev & (corr >= 0))
+    dev = np.flatnonzero(is_dev & ~kind_in(("annotation",)) & (corr >= 0))
     if not len(host) or not len(dev):
         return launch
-    hkey, dkey = keys.joint_codes((rank[host], corr[host]), (rank[dev], corr[dev]))
+    hkey, dkey = keys.joint_keys((rank[host], corr[host]), (rank[dev], corr[dev]))
     pos = keys.lookup(hkey, dkey)
     hit = pos >= 0
     launch[dev[hit]] = host[pos[hit]]
@@ -459,7 +459,7 @@ def _inherit(rows: Rows, costs: Costs, kind: np.ndarray, kind_in: KindIn, launch
     ops = np.flatnonzero((cat == "cpu_op") & (ext >= 0))
     if len(ops):
         src_ext = np.where(ext[dev] >= 0, ext[dev], np.where(launch[dev] >= 0, ext[np.maximum(launch[dev], 0)], -1))
-        okey, dkey = keys.joint_codes((rank[ops], ext[ops]), (rank[dev], src_ext))
+        okey, dkey = keys.joint_keys((rank[ops], ext[ops]), (rank[dev], src_ext))
         o = np.argsort(okey, kind="stable")
         okey_s, ops_s = okey[o], ops[o]
         # several cpu_ops may share an id: keep the innermost (the last one with that key)
@@ -516,7 +516,7 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
     parent, depth = _nesting(rows)
     # device rows get steps from time first, then from their launch
     step = _steps(rows)
-    launch, corr = _link_job_dmas(rows, args, _launches(rows, kind))
+    launch, corr = _link_job_dmas(rows, args, _launches(rows, kind_in))
     step = _device_steps(step, launch, rows.is_device)
     sync_stream, sync_corr = _syncs(rows, args, kind, launch, corr)
     costs = _count_once(_costs(rows, args, kind, kind_in), parent, rows.is_device)
