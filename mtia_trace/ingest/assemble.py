@@ -535,7 +535,8 @@ def build(raws: list[RawFile]) -> tuple[pa.Table, list[str]]:
              "ph": (rows.ph_codes, rows.ph_uniq), "track": (rows.tcode, rows.track_uniq)}
     file_of_row = rows.file
     cols: dict[str, Any] = {
-        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64), "kind": kind,
+        "rank": rows.rank, "event_id": np.arange(len(rows), dtype=np.int64),
+        "kind": _text(kind_in.codes, kind_in.names),  # each kind's text converted once
         "is_device": rows.is_device, "device": rows.device, "stream": rows.stream,
         "ts_us": rows.ts_us, "dur_us": rows.dur_us, "step": step, "correlation": corr,
         "external_id": rows.external_id, "parent_id": parent, "depth": depth,
