@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import attrgetter, eq, is_not
+from operator import attrgetter, eq, is_, is_not
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from mtia_trace.ingest.decode import (
     PHASED_TYPES,
     Args,
     Event,
+    FlowEnd,
     NotStreamable,
     Pieces,
     check_steps,
@@ -359,18 +360,24 @@ class _Columns:
         they are a third of the file, and a piece's objects kept past it hold its memory."""
         ids: list[Any] = list(map(_ID, flow_events))
         fl = flow_events
-        if None in ids or not FLOW_CATS.issuperset(map(_CAT, flow_events)):
+        id_types = set(map(type, ids))
+        if type(None) in id_types or not FLOW_CATS.issuperset(map(_CAT, flow_events)):
             keep = [e.cat in FLOW_CATS and v is not None for e, v in zip(flow_events, ids)]
             fl, ids = list(compress(fl, keep)), list(compress(ids, keep))
+            id_types = set(map(type, ids))
         if not fl:
             return
         n = len(fl)
         ok = np.ones(n, dtype=bool)
-        if set(map(type, ids)) != {int}:  # ints are the usual case; Int64 bounds them
+        if id_types != {int}:  # ints are the usual case; Int64 bounds them
             ids = [_as_int(v) for v in ids]
             ok = np.array([v is not None for v in ids], dtype=bool)
             ids = [0 if v is None else v for v in ids]
-        self._keep(flow_end=np.fromiter(map(eq, map(_PH, fl), repeat("f")), dtype=bool, count=n),
+        # a flow's end: its struct's type in the phased decode (reading the class attribute
+        # through each event costs more), its ph in the plain one
+        end = (map(eq, map(_PH, fl), repeat("f")) if type(fl[0]) is Event
+               else map(is_, map(type, fl), repeat(FlowEnd)))
+        self._keep(flow_end=np.fromiter(end, dtype=bool, count=n),
                    flow_pid=self.pid(map(_PID, fl), n), flow_tid=self.tid(map(_TID, fl), n),
                    flow_ts=np.fromiter(map(_TS, fl), dtype=np.float64, count=n),  # None -> nan
                    flow_id=np.array(ids, dtype=np.int64), flow_ok=ok)
