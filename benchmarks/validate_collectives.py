@@ -131,7 +131,8 @@ def _ranks_from_rows(doc: dict) -> int | None:
 def infer_table(doc: dict) -> Table | None:
     """A table's mapping from its own fields: the bundled spec of its GPU, the NIC bandwidth per GPU where it differs from the spec's (nodes > 1),
     the algorithm its run forced (dropped where the spec lacks it, as NCCL falls back), NCCL's
-    NVLS placement of the release the run used (``chunked`` before 2.20, where stated), and
+    NVLS placement of the release the run used (``chunked`` before 2.20, where stated), its
+    ring LL share (``quarter`` before 2.21, with Hopper's one-node LL cap of those releases), and
     ``match`` unless the NIC bandwidth differs, the fabric is EFA / TCPX (on more than one node:
     a single node uses no NIC) or the GPU a PCIe / NVL variant, and the run's -g
     (`_gpus_per_thread`). None without a bundled spec for the GPU."""
@@ -163,12 +164,22 @@ def infer_table(doc: dict) -> Table | None:
     if (nodes == 1 and float(spec.get("comm.nvls_efficiency") or 0) > 0
             and (_nccl_version(doc) or _NVLS_BALANCED) < _NVLS_BALANCED):
         sets.append("comm.nvls_placement=chunked")
+    if (_nccl_version(doc) or _RING_LL_HALF) < _RING_LL_HALF:
+        sets.append("comm.ring_ll_share=quarter")
+        if nodes == 1 and name in _LL_MAX_1NODE_BEFORE_HALF:
+            sets.append(f"comm.ll_max_1node_GBps={_LL_MAX_1NODE_BEFORE_HALF[name]:g}")
     ranks = None if doc.get("ranks") else _ranks_from_rows(doc)
     return Table(name, tuple(sets), match, ranks, _gpus_per_thread(doc))
 
 
 #: the NCCL release from which NVLS spreads a message over all its channels (``comm.nvls_placement``)
 _NVLS_BALANCED = (2, 20)
+#: the NCCL release from which a ring LL takes half the bus bandwidth (``comm.ring_ll_share``)
+_RING_LL_HALF = (2, 21)
+#: one-node LL cap of NCCL < 2.21 where it differs from the spec's (tuning.cc llMaxBws, Hopper-N1
+#: 87.7 GB/s at https://github.com/NVIDIA/nccl/blob/v2.20.5-1/src/graph/tuning.cc, 141.0 from
+#: v2.21.5; Ampere's 87.7 is the same in both)
+_LL_MAX_1NODE_BEFORE_HALF = {"h100": 87.7, "h200": 87.7}
 
 
 def _nccl_version(doc: dict) -> tuple[int, int] | None:

@@ -56,11 +56,12 @@ CASES = [
     ("ring", "simple", 8, N1, 8.4 + 14 * 3.4 + N1 / (B * 8 / 14)),
     ("ring", "ll", 8, N1, 6.6 + 14 * 0.6 + N1 / (min(141000.0, 0.5 * B) * 8 / 14)),
     ("ring", "ll128", 8, N1, 14.0 + 14 * 1.9 + N1 / (min(0.92 * B, 16 * 36700.0) * 8 / 14)),
-    # tree, one node: base + 2 ceil(log2 8) steps; algbw = 0.5 busbw x correction (row, index 14)
-    ("tree", "simple", 8, N1, 8.4 + 2 * 3 * 4.0 + N1 / (0.5 * min(0.92 * B, 16 * 38700.0) * .5)),
-    ("tree", "ll", 8, N1, 6.8 + 2 * 3 * 0.6
+    # tree, one node: NCCL's chain, base + 2 (8 / 1 - 1) NVLink steps (tuning.cc
+    # ncclTopoTuneModel); algbw = 0.5 busbw x correction (row, index 14)
+    ("tree", "simple", 8, N1, 8.4 + 2 * 7 * 4.0 + N1 / (0.5 * min(0.92 * B, 16 * 38700.0) * .5)),
+    ("tree", "ll", 8, N1, 6.8 + 2 * 7 * 0.6
      + N1 / (0.5 * min(min(0.92 * B, 16 * 38700.0) / 3.8, 141000.0) * .5)),
-    ("tree", "ll128", 8, N1, 14.0 + 2 * 3 * 1.25
+    ("tree", "ll128", 8, N1, 14.0 + 2 * 7 * 1.25
      + N1 / (0.5 * min(min(0.92 * B, 16 * 38700.0) * 7 / 9, 16 * 36700.0) * .6)),
     # NVLS: 8 channels at NCCL's 40 GB/s search step (370.8 / 8 = 46.35), x 0.85 x 7/8 x 2
     ("nvls", "simple", 8, N1, 25.0 + N1 / (8 * 40000.0 * 0.85 * 7 / 8 * 2 * 8 / 14)),
@@ -72,7 +73,8 @@ CASES = [
      + GB / (min(39000.0, 0.5 * B) * 16 / 30)),
     # NVLS-tree: min(NVLS 59.5, 2 x NIC step 48, cap 57.7) per channel x 8 channels
     ("nvls_tree", "simple", 16, GB, 25.0 + 2 * 1 * 20.9 + GB / (8 * 57700.0 * 16 / 30)),
-    ("tree", "simple", 16, GB, 8.4 + 2 * (3 * 4.0 + 1 * 14.0)
+    # tree over 2 nodes of 8: a 7-step chain in each node and log2i(2) = 1 network level
+    ("tree", "simple", 16, GB, 8.4 + 2 * (7 * 4.0 + 1 * 14.0)
      + GB / (0.5 * min(0.92 * B, 16 * 38700.0) * 1.0)),
     # small messages run on fewer of the 16 channels (NCCL's enqueue: a channel per
     # comm.channel_*_bytes, threads x bytes per thread), at that share of the bandwidth. Ring LL:
@@ -83,7 +85,7 @@ CASES = [
     ("ring", "simple", 8, 256 * 1024, 8.4 + 14 * 3.4 + 256 * 1024 / (B * 8 / 14 * 8 / 16)),
     # tree LL128: 640 x 8 B = 5 KiB per channel, so 16 KiB runs on 3; tree correction index
     # log2(16 KiB / 64) = 8
-    ("tree", "ll128", 8, 16 * 1024, 14.0 + 2 * 3 * 1.25
+    ("tree", "ll128", 8, 16 * 1024, 14.0 + 2 * 7 * 1.25
      + 16 * 1024 / (0.5 * min(min(0.92 * B, 16 * 38700.0) * 7 / 9, 16 * 36700.0) * .8 * 3 / 16)),
 ]
 
@@ -147,10 +149,16 @@ def test_auto_picks_the_cheapest(hw: str) -> None:
 
 @pytest.mark.parametrize("hw", ["h100", "a100", "mtia300"])
 def test_smaller_rack_never_faster(hw: str) -> None:
+    """Splitting a group over smaller racks never speeds a ring (and an all-to-all) up. Not so
+    NCCL's tree, a chain of the node's ranks
+    (`test_tree_chain_in_a_large_rack_outlasts_the_same_ranks_over_racks`), so auto, which
+    may pick one, is checked here on the ring only (a binary tree:
+    `test_binary_tree_in_a_smaller_rack_never_faster`)."""
     op, p, s = _battery(p_list=(8, 16, 40))
     prev = None
     for rpn in (72, 40, 16, 8, 4, 3, 2, 1):
-        t = _times(load_spec(hw, [f"network.ranks_per_node={rpn}"]), op, p, s)
+        t = _times(load_spec(hw, [f"network.ranks_per_node={rpn}", "comm.algorithm=ring"]),
+                   op, p, s)
         if prev is not None:
             assert (t >= prev * (1 - 1e-12)).all(), rpn
         prev = t
@@ -504,33 +512,114 @@ def test_fill_never_makes_the_tuning_model_faster() -> None:
 
 @pytest.mark.parametrize("nodes", [3, 5])
 def test_tree_across_3_and_5_nodes_by_hand(nodes: int) -> None:
-    """8 ranks per node over 3 / 5 nodes: ceil(log2 N) = 2 / 3 levels cross the network and
-    ceil(log2 8N) - that = 3 stay in the node (24 ranks: 5 levels in all; 40: 6); the >2-node
-    tree caps apply (h100: 16 x 36.7 GB/s tree cap, LL128 at 7/9); 1 GiB is past the correction
-    table, so the correction is 1."""
+    """8 ranks per node over 3 / 5 nodes, as NCCL's tuner counts the tree (tuning.cc
+    ncclTopoTuneModel: 2 x ((nRanks / nNodes - 1) x intra + log2i(nNodes) x inter)): a chain of
+    24 / 3 - 1 = 40 / 5 - 1 = 7 NVLink steps in each node and log2i(3) = 1 / log2i(5) = 2
+    network levels; the >2-node tree caps apply (h100: 16 x 36.0 GB/s tree cap above 0.92 x
+    the 8 NICs' 384 GB/s, LL capped at 20.4 GB/s); 1 GiB is past the correction table, so the
+    correction is 1."""
     p = 8 * nodes
-    levels_o = {3: 2, 5: 3}[nodes]
-    levels_i = {3: 3, 5: 3}[nodes]
+    chain = 7
+    levels_o = {3: 1, 5: 2}[nodes]
     b_ring = min(B, 8 * NIC)
     for proto, base, hi, ho in (("simple", 8.4, 4.0, 14.0), ("ll", 6.8, 0.6, 5.0)):
         t, _, a, q = one("h100", "all_reduce", p, GB, forced("tree", proto))
         assert (a, q) == ("tree", proto)
-        bus = min(0.92 * b_ring, 16 * 36700.0)
+        bus = min(0.92 * b_ring, 16 * 36000.0)
         if proto == "ll":
             bus = min(bus / 3.8, 20400.0)
-        want = base + 2 * (levels_i * hi + levels_o * ho) + GB / (0.5 * bus)
+        want = base + 2 * (chain * hi + levels_o * ho) + GB / (0.5 * bus)
         assert t == pytest.approx(want, rel=1e-9)
 
 
-def test_tree_depth_steps_at_3_and_5_nodes() -> None:
-    """The latency of a tiny tree all-reduce grows by one network level from 2 to 3 nodes and
-    from 4 to 5, and not from 3 to 4 (ceil(log2 N)); the in-node levels stay 3."""
-    lat = {n: one("h100", "all_reduce", 8 * n, 8, forced("tree", "ll"))[0] for n in (2, 3, 4, 5)}
-    step = 2 * 5.0  # two passes (reduce, broadcast) x one network level at LL
-    assert lat[3] - lat[2] == pytest.approx(step, abs=0.05)
-    assert lat[4] - lat[3] == pytest.approx(0.0, abs=0.05)
-    assert lat[5] - lat[4] == pytest.approx(step, abs=0.05)
+@pytest.mark.parametrize("nodes, levels", [(2, 1), (3, 1), (4, 2), (5, 2), (8, 3), (9, 3)])
+def test_tree_latency_counts_nccls_network_levels(nodes: int, levels: int) -> None:
+    """A tiny tree all-reduce over N nodes of 8 takes NCCL's log2i(N) = floor(log2 N) network
+    levels (one more from 3 to 4 nodes and from 7 to 8, none from 2 to 3 or 4 to 5) and a
+    7-step NVLink chain each way: base 6.8 + 2 x (7 x 0.6 + levels x 5.0) us at LL, plus 8 B
+    on one of the 16 channels at half the LL cap (39 GB/s on 2 nodes, 20.4 beyond)."""
+    t = one("h100", "all_reduce", 8 * nodes, 8, forced("tree", "ll"))[0]
+    cap = 39000.0 if nodes == 2 else 20400.0
+    assert t == pytest.approx(6.8 + 2 * (7 * 0.6 + levels * 5.0) + 8 / (0.5 * cap / 16),
+                              rel=1e-9)
 
+
+def test_one_node_tree_is_a_chain_so_ring_ll_wins_small_all_reduces() -> None:
+    """On one 8-GPU node NCCL's tuner costs tree LL at 6.8 + 2 x 7 x 0.6 = 15.2 us and ring LL
+    at 6.6 + 14 x 0.6 = 15.0 us, so a small all-reduce runs ring LL (a binary tree's 3 levels
+    would cost 10.4 us and win)."""
+    tree = one("h100", "all_reduce", 8, 8, forced("tree", "ll"))[0]
+    ring = one("h100", "all_reduce", 8, 8, forced("ring", "ll"))[0]
+    assert tree == pytest.approx(6.8 + 2 * 7 * 0.6, abs=0.01)
+    assert ring == pytest.approx(6.6 + 14 * 0.6, abs=0.01)
+    for size in (8, 1024, 4096):
+        assert one("h100", "all_reduce", 8, size)[2:] == ("ring", "ll")
+
+
+def test_tree_chain_in_a_large_rack_outlasts_the_same_ranks_over_racks() -> None:
+    """NCCL's chain makes a tree slower in one large rack than over smaller ones: 40 ranks in a
+    rack of 40 walk 39 NVLink steps each way (6.8 + 2 x 39 x 0.6 = 53.6 us at LL); in racks
+    of 16 (3 nodes, 40 // 3 = 13 per node) 12 steps and log2i(3) = 1 network level
+    (6.8 + 2 x (12 x 0.6 + 5.0) = 31.2 us). The 8 B move on one of 16 channels at half the LL
+    bandwidth: one node 0.92 x 370.8 / 3.8 GB/s, three nodes the 20.4 GB/s cap."""
+    big = one("h100", "all_reduce", 40, 8, forced("tree", "ll"), rpn=40)[0]
+    split = one("h100", "all_reduce", 40, 8, forced("tree", "ll"), rpn=16)[0]
+    assert big == pytest.approx(6.8 + 2 * 39 * 0.6 + 8 / (0.5 * 0.92 * B / 3.8 / 16), rel=1e-9)
+    assert split == pytest.approx(6.8 + 2 * (12 * 0.6 + 5.0) + 8 / (0.5 * 20400.0 / 16),
+                                  rel=1e-9)
+    assert big > split
+
+
+
+# --- tree shape (comm.tree_shape: NCCL's chain on the GPUs, a binary tree on MTIA) --------------
+
+#: 8 B tree LL on mtia300 (one rack or two): 16 channels' LL cap 39 GB/s binds (0.92 x 940 GB/s
+#: and 16 x 38.7 GB/s / 3.8 are above it), one channel of 16 runs it at half of it
+_MTIA_LL_8B = 8 / (0.5 * 39000.0 / 16)
+
+
+@pytest.mark.parametrize("p, levels_in, levels_out", [(40, 6, 0), (144, 7, 1)])
+def test_mtia_tree_is_log_depth_by_hand(p: int, levels_in: int, levels_out: int) -> None:
+    """MTIA's tree (``comm.tree_shape = "binary"``, HCCL's own is not published) has
+    ceil(log2 p) levels each way, ceil(log2 N) across racks: 40 ranks in one 72-rank rack take
+    6 levels (NCCL's chain would take 39 steps: 6.8 + 2 x 39 x 5.0 = 396.8 us), 144 ranks on two
+    racks 7 in the rack and 1 across (the chain: 71 and 1), at 5.0 us a step at LL."""
+    want = 6.8 + 2 * (levels_in * 5.0 + levels_out * 5.0) + _MTIA_LL_8B
+    t, _, a, q = one("mtia300", "all_reduce", p, 8, forced("tree", "ll"))
+    assert (a, q) == ("tree", "ll")
+    assert t == pytest.approx(want, rel=1e-9)
+    chain = one("mtia300", "all_reduce", p, 8, (*forced("tree", "ll"), "comm.tree_shape=chain"))[0]
+    assert chain == pytest.approx(6.8 + 2 * ((p // (1 + levels_out) - 1) * 5.0
+                                             + levels_out * 5.0) + _MTIA_LL_8B, rel=1e-9)
+
+
+def test_tree_shape_is_the_only_difference_between_gpu_and_mtia_trees() -> None:
+    """The same machinery for every target: h100 with ``comm.tree_shape=binary`` walks
+    ceil(log2 40) = 6 NVLink levels in a 40-rank rack (6.8 + 2 x 6 x 0.6 = 14.0 us at LL) where
+    its shipped chain takes 39 steps (53.6 us)."""
+    xfer = 8 / (0.5 * 0.92 * B / 3.8 / 16)
+    sets = forced("tree", "ll")
+    assert one("h100", "all_reduce", 40, 8, sets, rpn=40)[0] == pytest.approx(
+        6.8 + 2 * 39 * 0.6 + xfer, rel=1e-9)
+    assert one("h100", "all_reduce", 40, 8, (*sets, "comm.tree_shape=binary"), rpn=40)[0] == (
+        pytest.approx(6.8 + 2 * 6 * 0.6 + xfer, rel=1e-9))
+    for hw in list_specs():
+        assert load_spec(hw).value("comm.tree_shape") == (
+            "binary" if load_spec(hw).family == "mtia" else "chain"), hw
+
+
+@pytest.mark.parametrize("hw", ["h100", "mtia300"])
+def test_binary_tree_in_a_smaller_rack_never_faster(hw: str) -> None:
+    """With a binary tree (ceil(log2 L) + ceil(log2 N) >= ceil(log2 LN)) splitting a group over
+    smaller racks never speeds any collective up, trees and the tuner's choice included."""
+    op, p, s = _battery(p_list=(8, 16, 40))
+    prev = None
+    for rpn in (72, 40, 16, 8, 4, 3, 2, 1):
+        t = _times(load_spec(hw, [f"network.ranks_per_node={rpn}", "comm.tree_shape=binary"]),
+                   op, p, s)
+        if prev is not None:
+            assert (t >= prev * (1 - 1e-12)).all(), rpn
+        prev = t
 
 # --- table matching and spec keys ---------------------------------------------------------------
 
@@ -664,3 +753,51 @@ def test_nvls_placement_follows_the_tables_nccl_release() -> None:
                                                           "gpus_per_node": 8, "nodes": 1}}
     t = vc.infer_table(a100)
     assert t is not None and "comm.nvls_placement=chunked" not in t.sets
+
+
+# --- ring LL share by NCCL release ------------------------------------------------------------
+
+def test_ring_ll_quarter_share_by_hand() -> None:
+    """NCCL < 2.21 (tuning.cc at v2.18.5 / v2.20.5) runs a ring LL at 1/4 of the bus bandwidth
+    for AllReduce and 1/3 for a one-node AllGather (master: 1/2 for both), capped at the LL
+    maximum. h100 one node of 8, 1 MiB (32 channels' worth at 32 KiB each: all 16 run):
+    all-reduce min(141, 370.8 / 4) GB/s x 8 / 14; all-gather min(141, 370.8 / 3) x 8 / 7."""
+    q = (*forced("ring", "ll"), "comm.ring_ll_share=quarter")
+    t, _, a, p = one("h100", "all_reduce", 8, N1, q)
+    assert (a, p) == ("ring", "ll")
+    assert t == pytest.approx(6.6 + 14 * 0.6 + N1 / (min(141000.0, B / 4) * 8 / 14), rel=1e-9)
+    t, _, _, _ = one("h100", "all_gather", 8, N1, q)
+    assert t == pytest.approx(6.6 + 7 * 0.6 + N1 / (min(141000.0, B / 3) * 8 / 7), rel=1e-9)
+    half, _, _, _ = one("h100", "all_gather", 8, N1, forced("ring", "ll"))
+    assert half == pytest.approx(6.6 + 7 * 0.6 + N1 / (min(141000.0, B / 2) * 8 / 7), rel=1e-9)
+    # across nodes every collective takes 1/4: two nodes of 8 at 12.5 x 0.96 GB/s NIC per GPU
+    # (ring min(370.8, 8 x 12) = 96 GB/s; LL 24 GB/s, under the 39 GB/s two-node cap, where
+    # master's half would reach the cap); 14 NVLink steps at the 1 us post floor, 1 network step
+    lat = 6.6 + 14 * max(0.6, 1.0) + 1 * 2.7
+    for share, ll in (("quarter", 96000.0 / 4), ("half", 39000.0)):
+        sets = (*forced("ring", "ll"), f"comm.ring_ll_share={share}",
+                "network.inter_node_GBps=12.5")
+        t, _, _, _ = one("h100", "all_gather", 16, GB, sets)
+        assert t == pytest.approx(lat + GB / (ll * 16 / 15), rel=1e-9), share
+
+
+def test_ring_ll_share_follows_the_tables_nccl_release() -> None:
+    """A table on NCCL < 2.21 gets the quarter ring LL share, and on Hopper on one node that
+    release's 87.7 GB/s LL cap (141 from 2.21); 2.21 and later or an unstated release do not."""
+    doc = {"hardware": {"gpu": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "nodes": 1},
+           "op": "all_reduce", "ranks": 8}
+    for version, quarter in (("2.18.5", True), ("2.20.5", True), ("2.21.5", False),
+                             ("2.26.2", False), ("not stated", False)):
+        t = vc.infer_table({**doc, "nccl_version": version})
+        assert t is not None
+        assert ("comm.ring_ll_share=quarter" in t.sets) is quarter, version
+        assert ("comm.ll_max_1node_GBps=87.7" in t.sets) is quarter, version
+    two = {**doc, "nccl_version": "2.18.5", "hardware": {**doc["hardware"], "nodes": 2}}
+    t = vc.infer_table(two)
+    assert t is not None and "comm.ring_ll_share=quarter" in t.sets
+    assert not any(s.startswith("comm.ll_max_1node") for s in t.sets)
+    a100 = {**doc, "nccl_version": "2.18.5", "hardware": {"gpu": "NVIDIA A100-SXM4-80GB",
+                                                          "gpus_per_node": 8, "nodes": 1}}
+    t = vc.infer_table(a100)
+    assert t is not None and "comm.ring_ll_share=quarter" in t.sets
+    assert not any(s.startswith("comm.ll_max_1node") for s in t.sets)  # Ampere's is unchanged

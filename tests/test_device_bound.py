@@ -136,6 +136,55 @@ def test_a_kernel_with_its_own_long_lag_and_no_kernel_ending_nearby_is_not_conte
     assert g.notes["contention_waits"] == 0
 
 
+
+def device_with_dispatch_gap(gaps: list[float], wait: float) -> object:
+    """One step. The host launches every kernel up front (launch calls at 0, 2, 4, ... us).
+    Stream 7 runs short kernels (20 us) back to back, each starting ``gaps[i]`` us after the one
+    before ends, then kernel A (1000 us); kernel B (stream 20) starts ``wait`` us after A ends."""
+    rows = [host(0, 0, 3000, name="ProfilerStep#1", kind="annotation", step=1)]
+    t, corr = 30.0, 1
+    for i in range(len(gaps) + 1):
+        dur = 1000.0 if i == len(gaps) else 20.0
+        rows += [host(0, 2.0 * corr, 1, name="cudaLaunchKernel", kind="runtime", depth=1,
+                      step=1, correlation=corr),
+                 dev(0, t, dur, step=1, correlation=corr)]
+        corr += 1
+        t += dur + (gaps[i] if i < len(gaps) else 0.0)
+    rows += [host(0, 2.0 * corr, 1, name="cudaLaunchKernel", kind="runtime", depth=1, step=1,
+                  correlation=corr),
+             dev(0, t + wait, 10, stream=20, step=1, correlation=corr, kind="elementwise")]
+    return table(rows)
+
+
+#: an MTIA-like device: it starts work it holds ~40 us after a kernel ends (11 gaps, median 41)
+SLOW_DISPATCH = [38.0, 39.0, 40.0, 41.0, 42.0, 43.0, 44.0, 41.0, 40.0, 42.0, 41.0]
+
+
+def test_a_device_that_dispatches_40_us_after_a_kernel_waits_40_us_across_streams() -> None:
+    # before: the window after A's end was 20 us on every device, and B's 40 us was a lag
+    t = device_with_dispatch_gap(SLOW_DISPATCH, wait=40.0)
+    g = build_graph(t)
+    assert g.notes["contention_waits"] == 1
+    base = replay_events(t, graph=g)
+    fast = replay_events(t, graph=g, whatifs=[FAST_DEVICE])
+    names = base.events.column("name").to_pylist()
+    b = names.index("kelementwise")
+    # B follows A: 10x faster device work starts it ~900 us earlier, not where it was measured
+    assert float(fast.events.column("start_us").to_numpy()[b]) < float(
+        base.events.column("start_us").to_numpy()[b]) - 800.0
+
+
+def test_too_few_back_to_back_gaps_keep_the_assumed_slack() -> None:
+    t = device_with_dispatch_gap(SLOW_DISPATCH[:5], wait=40.0)
+    assert build_graph(t).notes["contention_waits"] == 0
+
+
+@pytest.mark.parametrize(("wait", "waits"), [(15.0, 1), (40.0, 0)])
+def test_a_gpu_like_3_us_dispatch_gap_keeps_the_20_us_slack(wait: float, waits: int) -> None:
+    t = device_with_dispatch_gap([3.0] * 11, wait=wait)
+    assert build_graph(t).notes["contention_waits"] == waits
+
+
 @requires_real
 def test_real_busy_gpu_trace_gets_shorter_with_faster_devices() -> None:
     """HTA's ``trace_diff/control`` (A100, devices busy ~84% of the step): backward runs on the

@@ -153,10 +153,60 @@ def test_dp_embedding_gradient_allreduce_and_dense_buckets(tmp_path):
     docs = gen(tmp_path, sharding="dp", ranks=2, batch=256, steps=1)
     ar = [a for a in (e["args"] for e in colls(docs[0])) if a["Collective name"] == "allreduce"]
     assert sum(a["In msg nelems"] for a in ar) == DCN.dense_params + DCN.embedding_params
-    docs = gen(tmp_path, "tw", sharding="tw", ranks=2, batch=256, steps=1)
+    docs = gen(tmp_path, "tw", sharding="tw", ranks=2, batch=256, steps=1, framework="torchrec")
     ar = [a for a in (e["args"] for e in colls(docs[0])) if a["Collective name"] == "allreduce"]
     assert sum(a["In msg nelems"] for a in ar) == DCN.dense_params == 16_044_545
     assert len(ar) > 1  # bucketed
+
+
+def _kernels(doc: dict, step: int) -> list[dict]:
+    st = steps(doc)[step]
+    return sorted((e for e in events(doc, "kernel") if in_step(e, st)), key=lambda e: e["ts"])
+
+
+def _ops(doc: dict) -> list[str]:
+    return [e["name"] for e in events(doc, "cpu_op")]
+
+
+def test_hugectr_dense_gradients_all_reduced_once_after_the_backward(tmp_path):
+    # HugeCTR exchanges every dense gradient in one all-reduce after the bottom MLP's backward
+    # (grouped_all_reduce); DDP all-reduces buckets as the backward fills them
+    assert DCN.framework == "hugectr"
+    doc = gen(tmp_path, sharding="tw", ranks=2, batch=256, steps=1)[0]
+    ar = [e for e in _kernels(doc, 0) if "AllReduce" in e["name"]]
+    assert len(ar) == 1
+    ops = [a for a in (e["args"] for e in colls(doc)) if a["Collective name"] == "allreduce"]
+    assert [a["In msg nelems"] for a in ops] == [DCN.dense_params]
+    gemms = [e for e in _kernels(doc, 0) if "xmma_gemm" in e["name"]]
+    assert ar[0]["ts"] >= gemms[-1]["ts"] + gemms[-1]["dur"]  # after the last dense GEMM
+
+
+def test_hugectr_input_is_distributed_a_step_ahead(tmp_path):
+    # HugeCTR's inter-iteration overlap: a step's lookup does not wait for the input
+    # all-to-all issued in that step (it serves the next one); DDP waits for its own
+    for framework, ahead in (("hugectr", True), ("torchrec", False)):
+        doc = gen(tmp_path, framework, ranks=4, batch=1024, steps=2, framework=framework)[0]
+        k = _kernels(doc, 1)
+        tbe = next(e for e in k if "split_embedding_codegen_forward" in e["name"])
+        a2a = [e for e in k if "SendRecv" in e["name"] and e["ts"] < tbe["ts"] + tbe["dur"]]
+        first_a2a_end = min(e["ts"] + e["dur"] for e in a2a)
+        assert (tbe["ts"] < first_a2a_end) is ahead, framework
+
+
+def test_hugectr_dense_layers_fuse_bias_relu_and_cross_elementwise(tmp_path):
+    # ReLU and bias gradients in the GEMM epilogues, one element-wise kernel per cross layer
+    # forward (x0 .* h + x) and one per cross layer backward (fused_mul_fma3)
+    hc = _ops(gen(tmp_path, "hc", ranks=1, batch=512, steps=1)[0])
+    tr = _ops(gen(tmp_path, "tr", ranks=1, batch=512, steps=1, framework="torchrec")[0])
+    for name in ("aten::relu", "aten::threshold_backward", "aten::sum"):
+        assert name not in hc and name in tr
+    assert hc.count("aten::addcmul") == 2 * DCN.dcn_layers
+    assert tr.count("aten::mul") == 2 * DCN.dcn_layers and "aten::addcmul" not in tr
+
+
+def test_framework_option_checked(tmp_path):
+    with pytest.raises(UsageError, match="--framework 'jax' is unknown; allowed: torchrec, hugectr"):
+        gen(tmp_path, framework="jax")
 
 
 def test_embedding_bytes_and_dense_flops(tmp_path):

@@ -22,7 +22,7 @@ def test_estimate_matches_what_is_written(tmp_path: Path, opts: SynthOptions) ->
     seen: list[budget.Estimate] = []
     res = synthesize(opts, tmp_path / "t", on_estimate=seen.append)
     est = seen[0]
-    # the probe runs on at most 2 x ranks_per_node ranks and one step: the record count per
+    # the probe runs on at most 2 x ranks_per_node ranks and two steps: the record count per
     # step must not depend on either, or this is off by a factor
     assert est.events == res.events
     assert 0.75 < est.bytes / res.bytes < 1.5, (est.bytes, res.bytes)

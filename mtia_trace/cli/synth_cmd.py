@@ -41,6 +41,13 @@ def synth(
         None, "--host-overhead", help="Host overhead per kernel: eager (PyTorch dispatch and a "
         "launch call per kernel) or graph (a captured CUDA graph: graph-node launches); default: "
         "the model's."),
+    framework: str | None = typer.Option(
+        None, "--framework", help="The training program: torchrec (PyTorch DDP: input all-to-all "
+        "at the step's start, gradient buckets all-reduced during the backward, one aten kernel per "
+        "ReLU, bias gradient and DCN multiply/add) or hugectr (HugeCTR as the MLPerf DLRM-DCNv2 "
+        "submissions run it: input distributed a step ahead, bottom MLP beside the pooled-embedding "
+        "exchange, one dense all-reduce after the backward, ReLU and bias in GEMM epilogues, fused "
+        "DCN element-wise kernels); default: the model's."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output directory."),
     fmt: PrintFormat = PRINT_FORMAT_OPTION,
 ) -> None:
@@ -50,7 +57,8 @@ def synth(
         raise UsageError("synth: no output directory; add -o DIR")
     opts = SynthOptions(preset=preset, model_file=str(model) if model else None, ranks=ranks,
                         steps=steps, batch=batch, sharding=sharding, mode=mode, seed=seed,
-                        source_hw=source_hw, zipf=zipf, host_overhead=host_overhead)
+                        source_hw=source_hw, zipf=zipf, host_overhead=host_overhead,
+                        framework=framework)
     with Progress("synth") as p:
         res = synthesize(opts, out, force=force,
                          on_estimate=lambda e: p(f"generating {e.describe()}"))

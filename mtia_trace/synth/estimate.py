@@ -68,21 +68,26 @@ def _size(n: float) -> str:
 
 def estimate(model: Model, hw: SourceHardware, steps: int, train: bool, zipf: float,
              compress_level: int) -> Estimate:
-    """The cost of generating ``steps`` steps of ``model`` (probed on a few ranks, one step)."""
+    """The cost of generating ``steps`` steps of ``model`` (probed on a few ranks and the first
+    two steps: the first also runs the program's prologue)."""
     R = model.ranks
     per = local_batch(model.batch, R)
     probe_ranks = min(R, 2 * hw.ranks_per_node)
     probe = replace(model, ranks=probe_ranks, batch=per * probe_ranks)
     p = plan(probe, probe_ranks, probe.sharding, probe.batch, hw.ranks_per_node, zipf, train)
     tl = Timeline(hw, probe_ranks, model.dtype != "float", 0, None, model.host_overhead)
-    tl.step(build_program(probe, p, train), 1)
-    recs = len(tl.recs)
+    prog = build_program(probe, p, train)
+    tl.step(prog, 1)
+    first = len(tl.recs)   # the first step runs the program's prologue too
+    if steps > 1:
+        tl.step(prog, 2)
+    recs = len(tl.recs) - first if steps > 1 else first
     text = RankWriter(tl.recs, probe_ranks, hw.ranks_per_node).events(0)
-    per_event = len(gzip.compress(text, compresslevel=compress_level)) / recs
+    per_event = len(gzip.compress(text, compresslevel=compress_level)) / len(tl.recs)
     meta = 7 + 2 * len(tl.free)  # process and thread names per rank (generate._metadata)
     # the header lists every rank of every process group: about two lists of R ranks
     header = len(orjson.dumps(list(range(R)))) * 2 // 3
-    n = steps * recs
+    n = first + (steps - 1) * recs
     return Estimate(
         ranks=R, steps=steps, records_per_step=recs, events=R * (n + meta),
         bytes=int(R * (n * per_event + header + 40 * meta)),

@@ -14,7 +14,7 @@ from mtia_trace.destinations import check_dir, temporary_dir
 from mtia_trace.errors import UsageError
 from mtia_trace.synth.costing import SourceHardware
 from mtia_trace.synth.estimate import Estimate, check, estimate
-from mtia_trace.synth.model import HOST_OVERHEADS, SHARDINGS, Model
+from mtia_trace.synth.model import FRAMEWORKS, HOST_OVERHEADS, SHARDINGS, Model
 from mtia_trace.synth.model_file import load_model_file
 from mtia_trace.synth.presets import PRESETS
 from mtia_trace.synth.sharding import host_groups, plan
@@ -41,6 +41,7 @@ class SynthOptions:
     source_hw: str = "h100"
     zipf: float = 0.0
     host_overhead: str | None = None
+    framework: str | None = None
     compress_level: int = 6
 
 
@@ -83,9 +84,12 @@ def resolve_model(opts: SynthOptions) -> Model:
     if opts.host_overhead is not None and opts.host_overhead not in HOST_OVERHEADS:
         raise UsageError(f"--host-overhead {opts.host_overhead!r} is unknown; allowed: "
                          f"{', '.join(HOST_OVERHEADS)}")
+    if opts.framework is not None and opts.framework not in FRAMEWORKS:
+        raise UsageError(f"--framework {opts.framework!r} is unknown; allowed: {', '.join(FRAMEWORKS)}")
     m = replace(m, ranks=opts.ranks or m.ranks, batch=opts.batch or m.batch,
                 sharding=opts.sharding or m.sharding,
-                host_overhead=opts.host_overhead or m.host_overhead)
+                host_overhead=opts.host_overhead or m.host_overhead,
+                framework=opts.framework or m.framework)
     return m.validate("--preset " + m.name if not opts.model_file else opts.model_file)
 
 
@@ -158,7 +162,7 @@ def _write_all(tmp: Path, tl: Timeline, model: Model, hw: SourceHardware,
     streams = sorted(tl.free)
     gen = {k: v for k, v in asdict(opts).items() if k != "compress_level"}
     gen.update(model=model.name, ranks=R, batch=model.batch, sharding=model.sharding,
-               host_overhead=model.host_overhead)
+               host_overhead=model.host_overhead, framework=model.framework)
     files, total, nev = [], 0, 0
     for r in range(R):
         dev = r % hw.ranks_per_node

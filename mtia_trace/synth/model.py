@@ -17,6 +17,12 @@ SHARDINGS = ("auto", "tw", "rw", "cw", "twrw", "dp")
 #: host overhead per op: ``eager`` PyTorch (Python + dispatcher + one launch call per kernel)
 #: or ``graph`` (the step captured as a CUDA graph: kernels replayed at graph-node cost)
 HOST_OVERHEADS = ("eager", "graph")
+#: the training program the step is: ``torchrec`` (PyTorch + TorchRec/FBGEMM: input all-to-all at
+#: the step's start, DDP gradient buckets all-reduced as the backward fills them, aten kernels:
+#: ReLU, bias gradients and the DCN's multiply and add each a kernel) or ``hugectr`` (HugeCTR's
+#: embedding-collection pipeline and fused dense layers, as the MLPerf DLRM-DCNv2 submissions
+#: run it); workload.py cites the source of each difference
+FRAMEWORKS = ("torchrec", "hugectr")
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class Model:
     sharding: str = "tw"
     emb_dtype: str | None = None  # embedding tables (None: ``dtype``)
     host_overhead: str = "eager"
+    framework: str = "torchrec"
     doc: str = field(default="", compare=False)
 
     @property
@@ -139,6 +146,8 @@ class Model:
         if self.host_overhead not in HOST_OVERHEADS:
             raise bad("host_overhead", f"is {self.host_overhead!r}; allowed: "
                       f"{', '.join(HOST_OVERHEADS)}")
+        if self.framework not in FRAMEWORKS:
+            raise bad("framework", f"is {self.framework!r}; allowed: {', '.join(FRAMEWORKS)}")
         if self.ranks <= 0:
             raise bad("ranks", f"is {self.ranks}; must be positive")
         if self.sharding not in SHARDINGS:

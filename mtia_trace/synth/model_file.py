@@ -9,6 +9,7 @@
     dtype = "fp32"             # optional: fp32, bf16, fp16 (dense compute and communication)
     emb_dtype = "fp32"         # optional: the embedding tables' type (default: dtype)
     host_overhead = "eager"    # optional: eager or graph (CUDA-graph launches)
+    framework = "torchrec"     # optional: torchrec (PyTorch DDP step) or hugectr (HugeCTR)
     ranks = 8                  # optional defaults for --ranks / --sharding
     sharding = "tw"
     [[tables]]                 # one entry per table, or `count = N` to repeat it
@@ -83,7 +84,7 @@ def _model(doc: dict[str, Any], p: Path) -> Model:
                      ("ranks", int)):
         if key in doc:
             kw[key] = _num(doc[key], key, p, typ)
-    for key in ("interaction", "sharding", "host_overhead"):
+    for key in ("interaction", "sharding", "host_overhead", "framework"):
         if key in doc:
             kw[key] = str(doc[key])
     return Model(name=str(doc.get("name", p.stem)), tables=tuple(out),

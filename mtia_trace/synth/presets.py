@@ -19,8 +19,16 @@ below is from the named source or labelled *assumed* here, in `synth --help` and
   cache, only the GPU's L2 (the replay's cache model). Sharding ``auto``: the submission's
   planner (SHARDING_PLAN=auto, sharding/planner.py) balances tables by hotness across GPUs and
   splits the hottest ones; the ``auto`` planner here does the same with column shards
-  (``--sharding tw`` is the naive table-wise plan). Assumed: the row-wise Adagrad update (HugeCTR keeps an accumulator per
-  element; the model's backward is FBGEMM's row-wise update).
+  (``--sharding tw`` is the naive table-wise plan). Framework ``hugectr``: the submission's
+  ``train.py`` (HugeCTR, ``train_intra_iteration_overlap=True``, ``train_inter_iteration_overlap=
+  True``, ``grouped_all_reduce=True``, ``use_embedding_collection=True``) runs HugeCTR's pipeline
+  (NVIDIA-Merlin/HugeCTR ``HugeCTR/src/pybind/model_pipeline.cpp``, tags v23.04.00 / v24.04.00:
+  input distributed a step ahead on a prefetch stream, bottom MLP beside the pooled-embedding
+  exchange, one all-reduce of the dense gradients after the backward) and its fused dense layers
+  (``mlp_layer.cu``, ``functors/fused_gemm_functors.cu``: bias and ReLU in cuBLASLt epilogues;
+  ``multi_cross_layer.cu``: one fused element-wise kernel per cross layer forward and backward);
+  ``--framework torchrec`` is the PyTorch DDP step. Assumed: the row-wise Adagrad update
+  (HugeCTR keeps an accumulator per element; the model's backward is FBGEMM's row-wise update).
 - ``rec-150b``: the 150 B-parameter recommender on 40 accelerators of the MTIA 300 disclosure
   (Aug-2026), whose model is not described; all of its sizes are assumed, from DCNv2: the 26
   DCNv2 tables taken 4 times (104 tables, so embedding communication grows with the model and
@@ -48,12 +56,12 @@ REC150B_TABLE_COPIES = 4
 
 
 def _dcnv2(name: str, rows: tuple[int, ...], pooling: tuple[int, ...], batch: int, ranks: int,
-           sharding: str, doc: str) -> Model:
+           sharding: str, doc: str, framework: str = "torchrec") -> Model:
     return Model(
         name=name, tables=tuple(Table(r, 128, p) for r, p in zip(rows, pooling, strict=True)),
         bottom_mlp=(512, 256, 128), top_mlp=(1024, 1024, 512, 256, 1), batch=batch,
         interaction="dcn", dcn_layers=3, dcn_rank=512, ranks=ranks, sharding=sharding,
-        dtype="c10::Half", emb_dtype="float", host_overhead="graph", doc=doc)
+        dtype="c10::Half", emb_dtype="float", host_overhead="graph", framework=framework, doc=doc)
 
 
 def _rec150b_rows() -> tuple[int, ...]:
@@ -76,7 +84,10 @@ PRESETS: dict[str, Model] = {
         " 55296 on 8 ranks (NVIDIA config_DGXH100_1x8x6912), FP16 mixed precision, fused TBE,"
         " CUDA-graph launches, FP32 tables (the submission's planner budgets FP32 weight and"
         " accumulator), auto sharding (balanced by lookup bytes, heaviest tables split"
-        " column-wise, as the submission's planner balances hotness)"),
+        " column-wise, as the submission's planner balances hotness), HugeCTR's training program"
+        " (input distributed a step ahead, bottom MLP beside the pooled-embedding exchange, one"
+        " dense all-reduce after the backward, bias/ReLU in GEMM epilogues, fused DCN"
+        " element-wise kernels)", framework="hugectr"),
     "rec-150b": _dcnv2(
         "rec-150b", _rec150b_rows(), DCNV2_POOLING * REC150B_TABLE_COPIES,
         MLPERF_DCNV2_BATCH // MLPERF_DCNV2_GPUS * REC150B_RANKS, REC150B_RANKS, "twrw",

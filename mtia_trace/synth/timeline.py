@@ -288,9 +288,13 @@ class Timeline:
 
     def step(self, prog: Program, number: int) -> None:
         self.h = self.h + self._host(self.host.step_gap)
+        open_: dict[str, tuple[np.ndarray, int]] = {}
+        if number == 1:
+            for c in prog.prologue:
+                assert isinstance(c, Comm)
+                self.comm(c.coll)
         start, ext = self.h.copy(), self._id()
         self.h = self.h + self._host(1.0)
-        open_: dict[str, tuple[np.ndarray, int]] = {}
         for ins in prog.instrs:
             if isinstance(ins, Op):
                 self.op(ins)

@@ -1,10 +1,31 @@
 """The host program of one step: ops, their kernels and the collectives, in issue order.
 
 The program is the same on every rank (sizes may differ per rank: arrays of shape ``(ranks,)``).
-Forward: KJT input all-to-all, bottom MLP (overlapping it), TBE lookup, pooled-embedding output
-distribution, interaction (dot or DCN), top MLP, loss. Backward (train): loss, top MLP, interaction,
-pooled-gradient distribution overlapping the bottom MLP, fused TBE backward + row-wise Adagrad,
-dense-gradient AllReduce in DDP buckets as gradients become ready; then the dense optimizer.
+Two training programs (`Model.framework`):
+
+- ``ddp`` (a PyTorch/TorchRec step). Forward: KJT input all-to-all, bottom MLP (overlapping it),
+  TBE lookup, pooled-embedding output distribution, interaction (dot or DCN), top MLP, loss.
+  Backward (train): loss, top MLP, interaction, pooled-gradient distribution overlapping the
+  bottom MLP, fused TBE backward + row-wise Adagrad, dense-gradient AllReduce in DDP buckets as
+  gradients become ready; then the dense optimizer.
+- ``hugectr`` (HugeCTR's embedding-collection training pipeline as the MLPerf DLRM-DCNv2
+  submissions run it: ``train_intra_iteration_overlap=True``, ``train_inter_iteration_overlap=
+  True``, ``grouped_all_reduce=True`` in their ``train.py``; the order is
+  ``Model::create_train_pipeline_with_ebc`` in NVIDIA-Merlin/HugeCTR
+  ``HugeCTR/src/pybind/model_pipeline.cpp``, tags v23.04.00 and v24.04.00, the NGC 23.04 and
+  24.04 containers of the v3.0 and v4.0 submissions). The input distribution (``distribute_data``)
+  runs on a ``prefetch`` stream for the next iteration, so a step waits on the one issued during
+  the step before (the first step issues its own in a prologue, before its profiler step); the
+  bottom MLP's forward waits for the embedding lookup (``bottom_network_fprop->wait_event(
+  {done_mp_model_forward})``) and runs beside the pooled-embedding exchange; the embedding's
+  backward exchange waits only for the top network's backward; the dense gradients are
+  all-reduced once (``network_exchange_wgrad``) after the bottom MLP's backward, not in buckets
+  during it. What runs on HugeCTR's separate ``mp``/``dp`` compute streams stays on the one
+  compute stream here: kernels of one device do not overlap in the model. Its dense layers fuse
+  what the ``torchrec`` step runs as separate kernels: bias and ReLU in the MLP GEMMs' epilogues,
+  the bias gradients in the weight-gradient GEMMs', and the DCN cross layers as HugeCTR's
+  MultiCross layer computes them (`_Builder.dcn_fwd_hugectr`, `_Builder.dcn_bwd_hugectr`). The
+  dot interaction keeps the ``torchrec`` kernels.
 """
 
 from __future__ import annotations
@@ -96,6 +117,8 @@ Instr = Op | Comm | Wait | Annot | Sync
 @dataclass
 class Program:
     instrs: list[Instr] = field(default_factory=list)
+    #: run once, before the first step (work a pipeline issues for the step after its own)
+    prologue: list[Instr] = field(default_factory=list)
 
     def add(self, *items: Instr) -> None:
         self.instrs.extend(items)
@@ -112,6 +135,10 @@ class _Builder:
         self.dt = model.dtype
         self.s = DTYPES[model.dtype][0]
         self.se = DTYPES[model.table_dtype][0]   # embedding tables
+        #: HugeCTR's dense layers: bias and ReLU in the GEMMs' cuBLASLt epilogues, forward and
+        #: backward (``CUBLASLT_EPILOGUE_RELU_AUX_BIAS``, ``..._DRELU_BGRAD``, ``..._BGRADA``;
+        #: HugeCTR/src/layers/functors/fused_gemm_functors.cu, mlp_layer.cu, v24.04.00)
+        self.fused = model.framework == "hugectr"
         self.prog = Program()
 
     # -- leaves -------------------------------------------------------------------------------
@@ -125,10 +152,12 @@ class _Builder:
             args["bytes"] = int(nbytes)
         return Leaf(name, args, kernel)
 
-    def gemm(self, name: str, m: int, k: int, n: int, bias: bool) -> Leaf:
+    def gemm(self, name: str, m: int, k: int, n: int, bias: bool, accumulate: bool = False) -> Leaf:
+        """``accumulate``: the GEMM adds a [m, n] operand into its result (cuBLAS beta = 1),
+        recorded as addmm's first input."""
         fl = 2.0 * m * k * n
-        nb = (m * k + k * n + m * n + (n if bias else 0)) * self.s
-        dims = ([[n]] if bias else []) + [[m, k], [k, n]]
+        nb = (m * k + k * n + m * n + (n if bias else 0) + (m * n if accumulate else 0)) * self.s
+        dims = ([[m, n]] if accumulate else [[n]] if bias else []) + [[m, k], [k, n]]
         return self.leaf(name, dims, Kernel(_GEMM[self.dt], "gemm", _arr(fl, self.R),
                                             _arr(nb, self.R)), flops=fl)
 
@@ -165,17 +194,21 @@ class _Builder:
         if need_input_grad:
             leaves.append(self.gemm("aten::mm", self.b, o, i, False))
         leaves.append(self.gemm("aten::mm", o, self.b, i, False))
-        if bias:
+        if bias and not self.fused:
             leaves.append(self.reduce("aten::sum", "func_wrapper_t<float, at::native::sum_functor"
                                       "<float, float, float>::operator()>", [self.b, o]))
         return Op((f"autograd::engine::evaluate_function: {node}", node), leaves)
 
-    def relu(self, o: int) -> Op:
-        return Op((), [self.elem("aten::relu", "launch_clamp_scalar", [self.b, o])])
+    def relu(self, o: int) -> list[Op]:
+        if self.fused:
+            return []
+        return [Op((), [self.elem("aten::relu", "launch_clamp_scalar", [self.b, o])])]
 
-    def relu_bwd(self, o: int) -> Op:
-        return Op(("autograd::engine::evaluate_function: ReluBackward0", "ReluBackward0"),
-                  [self.elem("aten::threshold_backward", "threshold_kernel_impl", [self.b, o], 2)])
+    def relu_bwd(self, o: int) -> list[Op]:
+        if self.fused:
+            return []
+        return [Op(("autograd::engine::evaluate_function: ReluBackward0", "ReluBackward0"),
+                   [self.elem("aten::threshold_backward", "threshold_kernel_impl", [self.b, o], 2)])]
 
     def tbe_fwd(self) -> Op:
         p, s, se = self.p, self.s, self.se
@@ -204,22 +237,74 @@ class _Builder:
         node = "SplitLookupFunction_rowwise_adagrad_OpBackward"
         return Op((f"autograd::engine::evaluate_function: {node}", node), [Leaf(TBE_BWD, args, k)])
 
+    # -- HugeCTR's MultiCross layer (HugeCTR/src/layers/multi_cross_layer.cu, v24.04.00) -------
+    def dcn_fwd_hugectr(self) -> None:
+        """Concat (one copy), then per layer ``MultiCrossForwardFunctorv2``: x_i U, (x_i U) V + b
+        (bias in the epilogue), and one kernel ``x_0 .* h + x_i`` (``fused_matrix_elementwise_
+        dot_add``: three reads, one write)."""
+        m, add, b, w, r = self.m, self.prog.add, self.b, self.m.interaction_width, self.m.dcn_rank
+        add(Op((), [self.elem("aten::cat", "CatArrayBatchedCopy", [b, w], 1)]))
+        for _ in range(m.dcn_layers):
+            add(self.linear_fwd(w, r, bias=False), self.linear_fwd(r, w),
+                Op((), [self.elem("aten::addcmul", "vector_fma4_align8", [b, w], 3)]))
+
+    def dcn_bwd_hugectr(self, buckets: _Buckets) -> None:
+        """Per layer, last first, ``MultiCrossBackwardFunctor``: one kernel S0 = dY .* x_0 and
+        dX += dY .* h (``fused_mul_fma3``: four reads, two writes), dH = S0 V^T, dV = (x U)^T S0
+        with the bias gradient in its epilogue, dU = x_i^T dH, dY_prev = dH U^T + dY (the sum
+        in the GEMM, beta = 1); then dX + dY_0 (``matrix_add``) and the concat's backward (one
+        copy into the embedding and bottom-MLP gradients)."""
+        m, add, b, w, r = self.m, self.prog.add, self.b, self.m.interaction_width, self.m.dcn_rank
+        node = "autograd::engine::evaluate_function: MultiCrossBackward", "MultiCrossBackward"
+        for _ in range(m.dcn_layers):
+            add(Op(node, [self.elem("aten::addcmul", "vector_mul_fma3_align", [b, w], 5),
+                          self.gemm("aten::mm", b, w, r, False),
+                          self.gemm("aten::mm", r, b, w, False),
+                          self.gemm("aten::mm", w, b, r, False),
+                          self.gemm("aten::addmm", b, r, w, False, accumulate=True)]))
+            buckets.grad(r * w + w + w * r)
+        add(Op(node, [self.elem("aten::add", "CUDAFunctor_add<float>", [b, w], 2),
+                      self.elem("aten::copy_", "direct_copy_kernel_cuda", [b, w], 1)]))
+
     # -- the step -----------------------------------------------------------------------------
     def forward(self, train: bool) -> None:
         m, p, add = self.m, self.p, self.prog.add
         add(Annot("## forward ##", True))
-        for c in p.fwd_input:
-            add(Comm(c))
-        for g, i, o in m.dense_layers():
-            if g == "bottom":
-                add(self.linear_fwd(i, o), self.relu(o))
-        if p.fwd_input:
-            add(Wait(p.fwd_input[-1].label))
-        add(self.tbe_fwd())
-        for c in p.fwd_output:
-            add(Comm(c), Wait(c.label))
+        bottom = [op for g, i, o in m.dense_layers() if g == "bottom"
+                  for op in (self.linear_fwd(i, o), *self.relu(o))]
+        if m.framework == "hugectr":
+            # this step's input was distributed during the previous one (the prologue for the
+            # first); the next step's is issued now, on its own stream
+            self.prog.prologue.extend(Comm(c) for c in p.fwd_input)
+            if p.fwd_input:
+                add(Wait(p.fwd_input[-1].label))
+            for c in p.fwd_input:
+                add(Comm(c))
+            add(self.tbe_fwd())
+            # the bottom MLP beside the pooled-embedding exchange
+            for n, c in enumerate(p.fwd_output):
+                if n:
+                    add(Wait(p.fwd_output[n - 1].label))
+                add(Comm(c))
+                if n == 0:
+                    add(*bottom)
+            if p.fwd_output:
+                add(Wait(p.fwd_output[-1].label))
+            if not p.fwd_output:
+                add(*bottom)
+        else:
+            for c in p.fwd_input:
+                add(Comm(c))
+            add(*bottom)
+            if p.fwd_input:
+                add(Wait(p.fwd_input[-1].label))
+            add(self.tbe_fwd())
+            for c in p.fwd_output:
+                add(Comm(c), Wait(c.label))
         d_out, n_t = m.bottom_mlp[-1], len(m.tables)
-        if m.interaction == "dcn":
+        if m.interaction == "dcn" and self.fused:
+            self.dcn_fwd_hugectr()
+        elif m.interaction == "dcn":
             w = m.interaction_width
             add(Op((), [self.elem("aten::cat", "CatArrayBatchedCopy", [self.b, w], 2)]))
             for _ in range(m.dcn_layers):
@@ -237,7 +322,7 @@ class _Builder:
         for n, (i, o) in enumerate(tops):
             add(self.linear_fwd(i, o))
             if n < len(tops) - 1:
-                add(self.relu(o))
+                add(*self.relu(o))
         if train:
             add(Op((), [self.reduce("aten::binary_cross_entropy_with_logits", "MeanOps<float, float>",
                                     [self.b, 1])]))
@@ -252,16 +337,19 @@ class _Builder:
                 "BinaryCrossEntropyWithLogitsBackward0"),
                [self.elem("aten::binary_cross_entropy_with_logits_backward", "bce_backward",
                           [self.b, 1], 2)]))
-        buckets = _Buckets(self, add)
+        # hugectr: one all-reduce of every dense gradient after the bottom MLP's backward
+        buckets = _Buckets(self, add, whole=m.framework == "hugectr")
         layers = m.dense_layers()
         tops = [(i, o) for g, i, o in layers if g == "top"]
         for n in range(len(tops) - 1, -1, -1):
             i, o = tops[n]
             if n < len(tops) - 1:
-                add(self.relu_bwd(o))
+                add(*self.relu_bwd(o))
             add(self.linear_bwd(i, o, True))
             buckets.grad(i * o + o)
-        if m.interaction == "dcn":
+        if m.interaction == "dcn" and self.fused:
+            self.dcn_bwd_hugectr(buckets)
+        elif m.interaction == "dcn":
             w = m.interaction_width
             for _ in range(m.dcn_layers):
                 add(Op(("autograd::engine::evaluate_function: MulBackward0", "MulBackward0"),
@@ -285,7 +373,7 @@ class _Builder:
         bottoms = [(i, o) for g, i, o in layers if g == "bottom"]
         for n in range(len(bottoms) - 1, -1, -1):
             i, o = bottoms[n]
-            add(self.relu_bwd(o), self.linear_bwd(i, o, n > 0))
+            add(*self.relu_bwd(o), self.linear_bwd(i, o, n > 0))
             buckets.grad(i * o + o)
         buckets.flush()
         for prev, c in zip(p.bwd_output, p.bwd_output[1:], strict=False):
@@ -314,20 +402,21 @@ class _Builder:
 class _Buckets:
     """DDP gradient buckets: an AllReduce is issued when a bucket fills."""
 
-    def __init__(self, b: _Builder, add) -> None:  # noqa: ANN001
+    def __init__(self, b: _Builder, add, whole: bool = False) -> None:  # noqa: ANN001
         self.b, self.add, self.fill, self.labels = b, add, 0, []
+        self.whole = whole
         self.cap = DDP_FIRST_BUCKET
 
     def grad(self, params: int) -> None:
         self.fill += params
-        if self.fill * self.b.s >= self.cap:
+        if not self.whole and self.fill * self.b.s >= self.cap:
             self.flush()
 
     def flush(self) -> None:
         if self.fill == 0 or self.b.R == 1:
             self.fill = 0
             return
-        label = f"ddp_bucket_{len(self.labels)}"
+        label = "dense_wgrad" if self.whole else f"ddp_bucket_{len(self.labels)}"
         n = np.full(self.b.R, self.fill, np.int64)
         dtype, eb = DTYPES[self.b.m.dtype][1], self.b.s
         self.add(Comm(Collective(label, "allreduce", "c10d::allreduce_", dtype, eb,

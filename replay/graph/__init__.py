@@ -194,7 +194,7 @@ def build_graph(events: pa.Table, *, max_ready_lag_us: float | None = None) -> G
     tr_chain = ev.tr_dev | coll.worker_tr
     chain_ids, prev = stream_chains(ev, tr_chain)
     ready_lag, _, _ = ready_lags(ev, lc, prev, (ds_src, ds_dst), coll, streamlike, None)
-    c_src, c_dst, c_tail, n_c = contention_edges(ev, ready_lag)
+    c_src, c_dst, c_tail, n_c = contention_edges(ev, ready_lag, prev)
     ready_lag, via_launch, n_ready = ready_lags(ev, lc, prev, (ds_src, ds_dst), coll, streamlike,
                                                 max_ready_lag_us, (c_src, c_dst, c_tail))
     notes |= n_ready | n_c

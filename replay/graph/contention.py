@@ -10,15 +10,26 @@ The rule, per kernel (device work of a compute kind, or a collective: NCCL kerne
 units to start too) whose ready lag is at least `MIN_WAIT_US`: if a kernel of another stream of
 the same rank and device (compute kinds only: a collective takes few units, a copy none) ran
 through at least the second half of its wait (started by then) and ended within ``[start −
-SLACK_US, start + tail]``, tail = min(`TAIL_US`, half the lag), it was waiting for that kernel:
+slack, start + tail]``, tail = min(`TAIL_US`, half the lag), it was waiting for that kernel:
 that kernel's end → its start is a ``contention`` edge. The nearest such end is taken. A kernel that starts
 before the other ends (by at most the tail) started while the other's last blocks drained: the
 edge starts it that *share* of the other's duration before the other's end
 (`Graph.contention_tail`, applied by the scheduler to the costed duration), so as measured it
-starts where it did and a faster blocker starts it earlier. Limits: a wait on several kernels at
-once is taken as a wait on the nearest; a kernel whose wait the trace records otherwise (an
-event no flow links) and that happens to start as another stream's kernel ends is taken as
-contention; the thresholds are assumed.
+starts where it did and a faster blocker starts it earlier.
+
+The slack is how long after a kernel ends the device starts the next work it already holds,
+measured per rank and device (`dispatch_slack`): the median (`GAP_QUANTILE`) of the gaps
+between a compute kernel's end and the start of the next work on its own stream whose latest
+recorded input is that kernel (launched before the kernel ended, or with no launch recorded:
+back to back), gaps of `MIN_WAIT_US` or more left out (by this rule's threshold those are waits,
+not dispatch). In HTA's traces an A100 or V100 starts queued work 1-3 us (median) after a kernel
+ends; the MTIA inference device ~5 us after a short job and ~33 us after a long one (median
+33.4 us), on its own stream as on another. `SLACK_US` is the floor, and the slack of a device
+with fewer than `MIN_PAIRS` such gaps. Limits: a wait on several kernels at once is taken as a
+wait on the nearest; a kernel whose wait the trace records otherwise (an event no flow links)
+and that happens to start as another stream's kernel ends is taken as contention; a wait that
+starts later after the blocker's end than the device's median gap is missed; the thresholds are
+assumed.
 """
 
 from __future__ import annotations
@@ -35,20 +46,51 @@ MIN_WAIT_US = 100.0
 #: kernel's last wave of blocks frees units before it ends; measured on a real A100 trace:
 #: 1-69 us before).
 TAIL_US = 100.0
-#: How long after the other kernel's end the waiting one may start, us (assumed: about a
-#: kernel-to-kernel gap on one stream).
+#: How long after the other kernel's end the waiting one may start, at least, us (assumed: about
+#: a kernel-to-kernel gap on one stream); the floor of the measured slack (`dispatch_slack`) and
+#: the slack of a device whose trace shows too few back-to-back gaps.
 SLACK_US = 20.0
-#: Candidate ends each kernel looks through (ends sorted; a window of ``tail + SLACK_US`` us
-#: holds few).
+#: Back-to-back gaps a device needs for its measured slack to replace `SLACK_US` (assumed: enough
+#: that the median is not set by one or two gaps).
+MIN_PAIRS = 10
+#: Quantile of a device's back-to-back gaps taken as its slack (assumed: the median, "about a
+#: kernel-to-kernel gap"; a higher quantile takes the gaps that are not dispatch: in a sampled
+#: trace (HTA's ``trace_filter``, A100) a stream's gaps span kernels left out, median 13 us but
+#: 90th percentile 65 us).
+GAP_QUANTILE = 0.5
+#: Candidate ends each kernel looks through (ends sorted; a window of ``tail + slack`` us holds
+#: few).
 _LOOK = 64
 
 
-def contention_edges(ev: EventArrays, ready_lag: np.ndarray
+def dispatch_slack(ev: EventArrays, ready_lag: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """Per event: the slack of its rank and device, us (`GAP_QUANTILE` of the device's
+    back-to-back gaps after a compute kernel, at least `SLACK_US`; `SLACK_US` with fewer than
+    `MIN_PAIRS` gaps). ``prev``: each event's predecessor on its stream, -1 none;
+    ``ready_lag``: measured ready lag over its other inputs."""
+    slack = np.full(ev.n, SLACK_US)
+    nxt = np.flatnonzero(ev.is_dev & ~ev.dev_marker & (prev >= 0))
+    k = prev[nxt]
+    gap = ev.ts[nxt] - ev.end[k] if len(nxt) else np.zeros(0)
+    # the kernel is the follower's latest input (its ready lag is the whole gap): back to back
+    b2b = (ev.is_kernel[k] & ~ev.dev_marker[k] & (gap >= 0.0) & (gap < MIN_WAIT_US)
+           & (ready_lag[nxt] >= gap - 1e-6))
+    nxt, gap = nxt[b2b], gap[b2b]
+    if len(nxt) >= MIN_PAIRS:
+        gk, ek = keys.joint_codes((ev.rank[nxt], ev.device[nxt]), (ev.rank, ev.device))
+        for g in np.unique(gk):
+            gg = gap[gk == g]
+            if len(gg) >= MIN_PAIRS:
+                slack[ek == g] = max(SLACK_US, float(np.quantile(gg, GAP_QUANTILE)))
+    return slack
+
+
+def contention_edges(ev: EventArrays, ready_lag: np.ndarray, prev: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, object]]:
     """(src, dst, tail) of the ``contention`` edges (event ids: the kernel waited for → the
     waiting kernel; ``tail``: how long before the source's measured end the waiting kernel
     started, us, 0 when after), and notes. ``ready_lag``: each event's measured ready lag over
-    its other inputs."""
+    its other inputs; ``prev``: each event's predecessor on its stream, -1 none."""
     empty = np.zeros(0, dtype=np.int64)
     is_kernel = ev.is_kernel
     waiting = np.flatnonzero((is_kernel | (ev.is_dev & ev.is_comm)) & ~ev.dev_marker
@@ -57,6 +99,7 @@ def contention_edges(ev: EventArrays, ready_lag: np.ndarray
     notes: dict[str, object] = {"contention_waits": 0, "contention_waited_us": 0.0}
     if not len(waiting) or not len(blockers):
         return empty, empty, np.zeros(0), notes
+    slack = dispatch_slack(ev, ready_lag, prev)
     bk, wk = keys.joint_codes((ev.rank[blockers], ev.device[blockers]),
                               (ev.rank[waiting], ev.device[waiting]))
     # blockers by (device, end): one ascending array of ends per device, devices back to back
@@ -66,7 +109,7 @@ def contention_edges(ev: EventArrays, ready_lag: np.ndarray
     w_ts, lag = ev.ts[waiting], ready_lag[waiting]
     ready = w_ts - lag
     tail = np.minimum(TAIL_US, 0.5 * lag)
-    lo_end, hi_end = w_ts - SLACK_US, w_ts + tail
+    lo_end, hi_end = w_ts - slack[waiting], w_ts + tail
     grp_lo = np.searchsorted(bk, wk, side="left")
     grp_hi = np.searchsorted(bk, wk, side="right")
     # first blocker of the waiting kernel's device ending at or after lo_end: per device the

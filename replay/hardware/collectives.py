@@ -25,16 +25,20 @@ Algorithms:
   for Simple) applies across nodes only: NCCL's ``max(latency, netOverhead)``, a floor, not an
   addition. Multi-node Simple AllReduce latency x ``comm.ring_plateau`` once each rank's share
   per channel is >= 64 B (tuning.cc "plateau effect of ring").
-- ``tree`` (AllReduce): a binary tree inside the node and a double binary tree across nodes,
-  ``busbw = min(0.92 B_ring, channels x tree cap)``, LL at 1/3.8 of it (capped at the LL
-  maximum), LL128 at 7/9 (one node) or 120/128 (capped per channel), algbw = 0.5 busbw x NCCL's
-  tree correction factor by size; latency ``base + 2(levels_in x intra + levels_out x inter)``
-  with ceil(log2 p) levels in all, ceil(log2 N) of them across nodes. NCCL's tuner counts L-1
-  chain steps inside a node and floor(log2 N) levels across nodes; a binary tree over the
-  ranks is used here so that a group in one large rack is never slower than the same group
-  split over smaller racks (3 levels where NCCL counts 7 steps on an 8-GPU node: 4.8 us less
-  at LL; one more level on 3, 5-7, ... nodes). Per-node-count caps are taken non-increasing in
-  N, and LL128's tree factor is NCCL's one-node 7/9 everywhere (NCCL: 120/128 across nodes).
+- ``tree`` (AllReduce): ``busbw = min(0.92 B_ring, channels x tree cap)``, LL at 1/3.8 of it
+  (capped at the LL maximum), LL128 at 7/9 (one node) or 120/128 (capped per channel), algbw =
+  0.5 busbw x NCCL's tree correction factor by size; latency
+  ``base + 2(steps_in x intra + levels_out x inter)``, the steps by the tree's shape
+  (``comm.tree_shape``): ``chain``, NCCL's (``ncclTopoTuneModel`` in ``src/graph/tuning.cc``,
+  the same in v2.18.5 and master), a chain of p // N - 1 steps in a node (7 on an 8-GPU node)
+  under a double binary tree of floor(log2 N) levels across nodes (1 on 2 and 3 nodes, 2 on
+  4-7), so a tree is not monotone in the rack size (a 40-rank group in one rack walks a 39-step
+  chain, over 3 racks of 16 a 12-step one and one network level); ``binary``, a binary tree
+  over the group's ranks placed node by node: ceil(log2 p) levels, ceil(log2 N) of them across
+  nodes (ceil(log2 L) + ceil(log2 N) >= ceil(log2 LN), so a group in one large rack is never
+  slower than over smaller racks). Per-node-count caps are taken non-increasing in N, and
+  LL128's tree factor is NCCL's one-node 7/9 everywhere (NCCL: 120/128 across nodes), so
+  spreading a group over more nodes never raises its bandwidth.
 - ``nvls`` / ``nvls_tree`` (AllReduce; NVLS also ReduceScatter/AllGather on one node), only
   where the spec has NVSwitch reduction (``comm.nvls_efficiency`` > 0), Simple only: NVLS
   channels = min(L, 32) pulling from the switch, the per-channel NVLink bandwidth taken to
@@ -58,8 +62,10 @@ Algorithms:
   posting agent: the GPU's proxy thread or MTIA's message engine), returned as ``post_us``.
 
 Protocols (every algorithm except NVLS/CollNet takes all three): ``simple`` at the link
-bandwidth; ``ll`` at half of it, capped at ``comm.ll_max*``; ``ll128`` at 0.92 of it (120 of 128
-bytes carry data), capped at ``channels x comm.ll128_channel_GBps``. Each has its own base and
+bandwidth; ``ll`` at half of it, capped at ``comm.ll_max*`` (a ring on NCCL < 2.21,
+``comm.ring_ll_share = "quarter"``: at 1/4 of it for AllReduce, Reduce and across nodes, 1/3
+for the other one-node collectives, tuning.cc at v2.18.5 / v2.20.5); ``ll128`` at 0.92 of it
+(120 of 128 bytes carry data), capped at ``channels x comm.ll128_channel_GBps``. Each has its own base and
 per-step latencies (``comm.*_base_*_us``, ``network.*_{ll,ll128,simple}_us``).
 
 Channels at run time: ring, tree and CollNet run a small message on fewer of the
@@ -211,6 +217,8 @@ class Tuning:
     nvls_tree_inter_us: float
     nvls_tree_channel: tuple[float, float]  # 2 nodes, >2 nodes
     nvls_chunked: bool        # NCCL < 2.20 NVLS placement (comm.nvls_placement = "chunked")
+    ring_ll_quarter: bool     # NCCL < 2.21 ring LL share (comm.ring_ll_share = "quarter")
+    tree_chain: bool          # NCCL's in-node chain (comm.tree_shape = "chain"), else binary
     collnet: bool
     collnet_intra_us: float
     collnet_inter_us: float
@@ -267,6 +275,8 @@ class Tuning:
             nvls_tree_channel=(opt("comm.nvls_tree_channel_2node_GBps") * 1e3,
                                opt("comm.nvls_tree_channel_GBps") * 1e3),
             nvls_chunked=spec.get("comm.nvls_placement", "balanced") == "chunked",
+            ring_ll_quarter=spec.get("comm.ring_ll_share", "half") == "quarter",
+            tree_chain=v("comm.tree_shape") == "chain",
             collnet=bool(spec.get("comm.collnet", False)),
             collnet_intra_us=opt("network.collnet_intra_us"),
             collnet_inter_us=opt("network.collnet_inter_us"),
@@ -328,13 +338,23 @@ def _step_down(x: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def _log2i(x: np.ndarray) -> np.ndarray:
+    """floor(log2 x), NCCL's ``log2i`` (src/include/utils.h); 0 below 2."""
     return np.floor(np.log2(np.maximum(x, 1.0)))
 
 
 def _log2c(x: np.ndarray) -> np.ndarray:
-    """Tree depth: ceil(log2 x); ceil(log2 L) + ceil(log2 N) >= ceil(log2 LN), so splitting a
-    group over more, smaller nodes never shortens its tree."""
+    """ceil(log2 x): the levels of a binary tree over x ranks; 0 below 2."""
     return np.ceil(np.log2(np.maximum(x, 1.0)))
+
+
+def _tree_steps(chain: bool, p: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step latencies a tree AllReduce takes each way: (in-node steps, levels across nodes).
+    ``chain`` (NCCL's tuner, tuning.cc ncclTopoTuneModel): p // N - 1 chain steps in a node and
+    log2i(N) levels across. Binary: ceil(log2 p) levels over the group, ceil(log2 N) across."""
+    if chain:
+        return np.maximum(np.floor(p / np.maximum(N, 1.0)) - 1.0, 0.0), _log2i(N)
+    levels_o = _log2c(N)
+    return np.maximum(_log2c(p) - levels_o, 0.0), levels_o
 
 
 def collective_costs(spec: HardwareSpec, op: np.ndarray, bytes_in: np.ndarray,
@@ -399,6 +419,7 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
     zero = np.zeros(k)
     log_size = _log2i(np.maximum(size, 1.0) / 64.0).astype(np.int64)
     log_size = np.where(size >= 64, log_size, -1)
+    tree_in, tree_out = _tree_steps(t.tree_chain, p, N)
 
     def candidates(slow_group: np.ndarray | float = 1.0, slow_node: np.ndarray | float = 1.0,
                    slow_one: np.ndarray | float = 1.0) -> list[tuple[str, str, np.ndarray,
@@ -419,7 +440,11 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             li = np.maximum(t.intra[("ring", proto)], floor)
             lo = np.where(L <= 1, t.inter[("tree", proto)], t.inter[("ring", proto)])
             # ring
-            algbw = _proto_bw(t, b_ring, proto, idx) * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
+            bw = _proto_bw(t, b_ring, proto, idx)
+            if proto == "ll" and t.ring_ll_quarter:  # NCCL < 2.21 (comm.ring_ll_share)
+                share = np.where(ar | is_["reduce"] | multi, 0.25, 1.0 / 3.0)
+                bw = np.minimum(np.take(t.ll_max, idx), share * b_ring)
+            algbw = bw * np.where(ar | rsag, p / np.maximum(nsteps, 1), 1.0)
             step = np.where(multi & chain, lo, li)
             lat = np.where(chain, t.base[("ring", proto)] + nsteps * step,
                            t.base[("ring", proto)] + (nsteps - n_inter) * li + n_inter * lo)
@@ -441,10 +466,8 @@ def _costs(t: Tuning, op: np.ndarray, size: np.ndarray, p: np.ndarray, L: np.nda
             corr = np.where((log_size >= 0) & (log_size < 23),
                             _TREE_CORRECTION[PROTOCOLS.index(proto)][np.clip(log_size, 0, 23)], 1.0)
             algbw = 0.5 * bus * corr * _run_channels(t, size, t.channel_bytes[proto])
-            levels_o = _log2c(N)
-            levels_i = np.maximum(_log2c(p) - levels_o, 0.0)
-            lat = t.base[("tree", proto)] + 2 * (levels_i * t.intra[("tree", proto)]
-                                                 + levels_o * t.inter[("tree", proto)])
+            lat = t.base[("tree", proto)] + 2 * (tree_in * t.intra[("tree", proto)]
+                                                 + tree_out * t.inter[("tree", proto)])
             cands.append(("tree", proto, ar, lat, np.maximum(size / algbw, t_red), zero))
             # hierarchical: in-node RS + cross-node ring on the 1/L shard + in-node AG
             hi, ho = _proto_bw(t, bi, proto, idx), _proto_bw(t, bo, proto, idx)
@@ -550,8 +573,9 @@ def _as_run(t: Tuning, candidates, size: np.ndarray, p: np.ndarray,  # type: ign
     node's ranks; tree and CollNet: one, as each channel's share flows down the chain whole).
     The share fades as the pipeline streams. Each candidate is re-costed with the slower in-node
     links through the same formulas, so where a NIC stays the bottleneck nothing changes, and
-    more bandwidth or a larger rack never makes a collective slower; the fastest candidate as
-    it runs is chosen (with ``fill`` 0: NCCL's tuning model alone)."""
+    more bandwidth never makes a collective slower (nor a larger rack, but for a tree of
+    ``comm.tree_shape = "chain"``, as NCCL counts it); the fastest candidate as it runs is
+    chosen (with ``fill`` 0: NCCL's tuning model alone)."""
     if t.fill <= 0:
         return candidates()
 
@@ -621,6 +645,7 @@ _MODEL_KEYS = ("network.ranks_per_node", "network.intra_node_GBps", "network.int
                "comm.fill_chunks", "comm.fill_chunk_bytes", "comm.group_launch_us",
                "comm.message_engines", "comm.engines_per_collective",
                "comm.engine_reduction_GBps", "comm.nvls_efficiency", "comm.nvls_placement",
+               "comm.ring_ll_share", "comm.tree_shape",
                "comm.collnet",
                "comm.link_sharing")
 
