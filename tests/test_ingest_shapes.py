@@ -213,3 +213,21 @@ def test_mtia_job_dmas_and_event_waits_link(tmp_path: Path) -> None:
     assert dma.bytes_read.tolist() == [4096, 1068, 784]
     wait = t[t.name == "event_wait"].iloc[0]
     assert (wait.sync_stream, wait.sync_corr) == (1, 8)
+
+
+def test_untyped_inputs_are_float_tensors_but_not_index_types() -> None:
+    """Inputs past the recorded types count as float tensors; an embedding's index type, when
+    unrecorded, stays the 8-byte default (the float fill is not read as its type)."""
+    from mtia_trace.ingest.shapes import op_cost
+
+    # add: second input untyped -> float tensor of 6 elements
+    assert op_cost("elementwise", "aten::add", [[2, 3], [2, 3]], ["c10::Half"], None) == \
+        (6.0, 6 * 2 + 6 * 4, 6 * 2, "c10::Half")
+    assert op_cost("reduction", "aten::sum", [[4, 5], []], ["float", "Scalar"], None) == \
+        (20.0, 80.0, 0.0, "float")
+    # embedding [rows=10, dim=4] float weights, 6 indices of unrecorded type: 8 bytes each
+    assert op_cost("embedding", "aten::embedding", [[10, 4], [6]], ["float"], None) == \
+        (0.0, 6 * 4 * 4 + 6 * 8, 6 * 4 * 4, "float")
+    assert op_cost("gemm", "aten::mm", [[2, 3], [3, 5]], [], None)[0] == 2 * 2 * 3 * 5
+    assert op_cost("other", "aten::foo", [[2], 1.5], ["Scalar", "float"], None) == \
+        (0.0, 0.0, 0.0, None)

@@ -384,15 +384,23 @@ def _costs(rows: Rows, args: np.ndarray, kind: np.ndarray, kind_in: KindIn) -> C
         key = keys.codes(rows.name_codes[host_shape], kind[host_shape], dims[host_shape],
                          types[host_shape], conc[host_shape])
         codes, first = _first_of_each(key)
-        got = [op_cost(kind[i], name[i], lists(raw(dims, i)), lists(raw(types, i)),
-                       lists(raw(conc, i))) for i in host_shape[first].tolist()]
+        at = host_shape[first]
+        # each distinct raw shape arg decoded once, looked up by its code (-1: absent)
+        need = np.unique(np.concatenate([dims[at], types[at], conc[at]])).tolist()
+        parsed = {c: lists(rows.raw[c]) if c >= 0 else None for c in need}
+        ops = list(zip(kind[at].tolist(), name[at].tolist(),
+                       [parsed[c] for c in dims[at].tolist()],
+                       [parsed[c] for c in types[at].tolist()]))
+        got = [op_cost(k, nm, d, t, parsed[c])
+               for (k, nm, d, t), c in zip(ops, conc[at].tolist())]
         fl, r, w, dt = (np.array(c, dtype=object if j == 3 else np.float64)
                         for j, c in enumerate(zip(*got)))
         flops[host_shape], rd[host_shape], wr[host_shape] = fl[codes], r[codes], w[codes]
         dtype[host_shape] = dt[codes]
         # each rank's embedding shard: the tables its distinct lookups (name + shapes) read
-        tb = np.array([table_bytes(kind[i], name[i], lists(raw(dims, i)), lists(raw(types, i)))
-                       for i in host_shape[first].tolist()])
+        # (`table_bytes` is 0 for every other kind)
+        tb = np.array([table_bytes(k, nm, d, t) if k == "embedding" else 0.0
+                       for k, nm, d, t in ops], dtype=np.float64)
         for u in np.flatnonzero(tb > 0).tolist():
             ranks = np.unique(rows.rank[host_shape[codes == u]]).tolist()
             for rk in ranks:

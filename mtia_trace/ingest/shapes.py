@@ -39,14 +39,20 @@ def _numel(dims: Any) -> int:
         return sum(_numel(d) for d in dims)
     n = 1
     for d in dims:
-        if not isinstance(d, (int, float)):
-            return 0
-        n *= int(d)
+        if type(d) is not int:  # the usual case is all ints: no conversion needed
+            if not isinstance(d, (int, float)):
+                return 0
+            d = int(d)
+        n *= d
     return n
 
 
+#: input types that are no tensor (`_is_tensor`)
+_NOT_TENSOR = frozenset(("", "Scalar", "ScalarList"))
+
+
 def _is_tensor(dims: Any, typ: Any) -> bool:
-    return isinstance(dims, list) and isinstance(typ, str) and typ not in ("", "Scalar", "ScalarList")
+    return isinstance(dims, list) and isinstance(typ, str) and typ not in _NOT_TENSOR
 
 
 def _ints(text: Any) -> list[int] | None:
@@ -123,15 +129,23 @@ def op_cost(kind: str, name: str, dims: list[Any] | None, types: list[Any] | Non
     if not dims:
         return 0.0, 0.0, 0.0, None
     types = types or []
-    tensors = [(d, types[i] if i < len(types) else "float") for i, d in enumerate(dims)
-               if _is_tensor(d, types[i] if i < len(types) else "float")]
-    dtype = tensors[0][1] if tensors else None
+    # inputs without a recorded type are float tensors
+    typed = types if len(types) >= len(dims) else [*types, *["float"] * (len(dims) - len(types))]
+    tensors = [(d, t) for d, t in zip(dims, typed)
+               if isinstance(d, list) and isinstance(t, str) and t not in _NOT_TENSOR]
     if not tensors:
-        return 0.0, 0.0, 0.0, dtype
+        return 0.0, 0.0, 0.0, None
+    dtype = tensors[0][1]
+    numels = [_numel(d) for d, _ in tensors]
+    read = float(sum(n * dtype_size(t) for n, (_, t) in zip(numels, tensors)))
+    esize = dtype_size(dtype)
+    if kind == "elementwise":
+        out_n = max(numels)
+        return float(out_n), read, float(out_n * esize), dtype
+    if kind == "reduction":
+        return float(numels[0]), read, 0.0, dtype
     base = name.split("::")[-1].split(".")[0]
     base = base[:-1] if base.endswith("_") and not base.startswith("_") else base
-    read = float(sum(_numel(d) * dtype_size(t) for d, t in tensors))
-    esize = dtype_size(dtype)
     if kind == "gemm":
         flops = _gemm(base, dims)
         out = 0.0
@@ -162,12 +176,6 @@ def op_cost(kind: str, name: str, dims: list[Any] | None, types: list[Any] | Non
             return 0.0, gathered + idx_bytes, gathered, dtype
         except (IndexError, TypeError):
             return 0.0, read, 0.0, dtype
-    if kind == "elementwise":
-        out_n = max(_numel(d) for d, _ in tensors)
-        return float(out_n), read, float(out_n * esize), dtype
-    if kind == "reduction":
-        n = _numel(tensors[0][0])
-        return float(n), read, 0.0, dtype
     return 0.0, 0.0, 0.0, dtype
 
 
