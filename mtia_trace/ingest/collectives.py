@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from mtia_trace import keys
 from mtia_trace.ingest.classify import coll_op_of
@@ -252,7 +251,10 @@ def _share_within(rank: np.ndarray, pg: np.ndarray, seq: np.ndarray, idx: np.nda
     rows = idx[seq[idx] >= 0]
     if not len(rows):
         return
-    group = keys.codes(rank[rows], pd.Series(pg[rows]).fillna("").to_numpy(), seq[rows])
+    # pg: str or None; None as "" in a plain object array (a pandas Series of it would be
+    # converted to an Arrow string array and back)
+    pg_text = np.array(["" if v is None else v for v in pg[rows].tolist()], dtype=object)
+    group = keys.codes(rank[rows], pg_text, seq[rows])
     for col in (b_in, b_out, gsize):
         v = col[rows]
         col[rows] = np.where(v > 0, v, _group_max(group, v))
