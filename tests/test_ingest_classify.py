@@ -49,6 +49,31 @@ NAMES = [
 ]
 
 
+def test_elementwise_words_are_the_elementwise_rule() -> None:
+    """The ASCII test of the elementwise rule agrees with its pattern (as first written, with
+    "log2?" and mixed-case words) on names made of its words."""
+    import re
+
+    first = re.compile(
+        r"elementwise|vectorized|unrolled|triton_poi|copy|fill|where|clamp|clip|nchwToNhwc|"
+        r"nhwcToNchw|transpose|relu|sigmoid|tanh|gelu|silu|(^|[^a-z])(add|sub|mul|div|divide|"
+        r"neg|exp|log2?|sqrt|rsqrt|reciprocal|pow|abs|eq|ne|gt|lt|ge|le|cat|nan_to_num|"
+        r"threshold_backward|sigmoid_backward|tanh_backward|bucketize|index|gather|scatter|"
+        r"permute|transpose|to_dense|cast)([^a-z]|$)", re.I)
+    rnd = random.Random(3)
+    parts = [*classify._ELEM_ANYWHERE, *classify._ELEM_WHOLE, "log2", "_", "x", "2", "::",
+             "NchwToNhwc", "Sum", "<"]
+    hits = 0
+    for _ in range(20000):
+        name = "".join(rnd.choice(parts) for _ in range(rnd.randint(1, 5)))
+        name = "".join(c.upper() if rnd.random() < 0.3 else c for c in name)
+        want = bool(first.search(name))
+        assert classify._elementwise_ascii(name.lower()) == want, name
+        assert bool(_DEVICE_RULES[-1][1].search(name)) == want, name
+        hits += want
+    assert 0 < hits < 20000
+
+
 def test_one_word_list_per_rule() -> None:
     assert len(_RULE_WORDS) == len(_DEVICE_RULES)
     for words in _RULE_WORDS:
@@ -63,9 +88,11 @@ def test_words_never_change_a_kind(name: str) -> None:
 def test_words_never_change_a_kind_on_random_names() -> None:
     rnd = random.Random(7)
     parts = [w for words in _RULE_WORDS if words for w in words] + [
+        *classify._ELEM_ANYWHERE, *classify._ELEM_WHOLE, "log2", "nchwToNhwc", "indexes", "2",
+        "\u212a",
         "add", "eq", "ne", "nccl", "Dev", "Kernel", "memcpy", "fprop", "step", "xmma", "sm80",
         "norm", "batch", "_", "::", ".", "<", ">", "1", "x", "void", "at::native::", "\u017f"]
-    for _ in range(3000):
+    for _ in range(20000):
         name = "".join(rnd.choice(parts) for _ in range(rnd.randint(1, 8)))
         name = "".join(c.upper() if rnd.random() < 0.3 else c for c in name)
         assert _device_kind(name) == _searched(name), name

@@ -24,6 +24,17 @@ COLL_PREFIXES = ("gloo:", "nccl:", "hccl:", "xccl:", "rccl:")
 _P2P = re.compile(r"(^|[^a-z])(send|recv|isend|irecv)([^a-z]|$)", re.I)
 _COLL_KERNEL = re.compile(r"^(nccl|rccl|hccl|ncclDev)|ncclKernel|ncclDevKernel", re.I)
 
+#: The elementwise rule (the last one) as words: matched anywhere in the name, or matched
+#: whole, with no letter on either side ("log" stands for "log2?": a whole "log2" holds a
+#: whole "log", as the digit is no letter). On ASCII names `_elementwise_ascii` tests them
+#: without a regex (letters-only whole words are the name's maximal runs of letters).
+_ELEM_ANYWHERE = ("elementwise", "vectorized", "unrolled", "triton_poi", "copy", "fill", "where",
+                  "clamp", "clip", "nchwtonhwc", "nhwctonchw", "transpose", "relu", "sigmoid",
+                  "tanh", "gelu", "silu")
+_ELEM_WHOLE = ("add", "sub", "mul", "div", "divide", "neg", "exp", "log", "sqrt", "rsqrt",
+               "reciprocal", "pow", "abs", "eq", "ne", "gt", "lt", "ge", "le", "cat", "nan_to_num",
+               "threshold_backward", "sigmoid_backward", "tanh_backward", "bucketize", "index",
+               "gather", "scatter", "permute", "transpose", "to_dense", "cast")
 _DEVICE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pat, re.I))
     for kind, pat in (
@@ -36,12 +47,8 @@ _DEVICE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
                  r"(^|[^a-z])mm([^a-z]|$)|addmm|bmm|linear|dot_product|tensorop"),
         ("reduction", r"reduce|softmax|norm|bn_fw|bn_bw|batch_?norm|(^|[^a-z])sum([^a-z]|$)|mean|argmax|argmin|cumsum|"
                       r"triton_red|triton_per|scan|topk|sort"),
-        ("elementwise", r"elementwise|vectorized|unrolled|triton_poi|copy|fill|where|clamp|clip|"
-                        r"nchwToNhwc|nhwcToNchw|transpose|"
-                        r"relu|sigmoid|tanh|gelu|silu|(^|[^a-z])(add|sub|mul|div|divide|neg|exp|log2?|"
-                        r"sqrt|rsqrt|reciprocal|pow|abs|eq|ne|gt|lt|ge|le|cat|nan_to_num|"
-                        r"threshold_backward|sigmoid_backward|tanh_backward|bucketize|index|"
-                        r"gather|scatter|permute|transpose|to_dense|cast)([^a-z]|$)"),
+        ("elementwise", "|".join(_ELEM_ANYWHERE) + r"|(^|[^a-z])(" + "|".join(_ELEM_WHOLE)
+         + r")([^a-z]|$)"),
     )
 )
 
@@ -204,6 +211,25 @@ def _device_kind(name: str) -> str:
     for (kind, pat), words in zip(_DEVICE_RULES, _RULE_WORDS):
         if low is not None and words is not None and not any(w in low for w in words):
             continue
-        if pat.search(name):
+        if low is not None and kind == "elementwise":
+            if _elementwise_ascii(low):
+                return kind
+        elif pat.search(name):
             return kind
     return "other"
+
+
+_LETTER_RUN = re.compile(r"[a-z]+")
+_ELEM_LETTER_WORDS = frozenset(w for w in _ELEM_WHOLE if w.isalpha())
+#: whole words that are not all letters, each with its own pattern (searched where it occurs)
+_ELEM_OTHER_WORDS = tuple((w, re.compile(r"(^|[^a-z])" + w + r"([^a-z]|$)"))
+                          for w in _ELEM_WHOLE if not w.isalpha())
+
+
+def _elementwise_ascii(low: str) -> bool:
+    """Whether the elementwise rule's pattern matches an ASCII name (``low``: lowercased)."""
+    if any(w in low for w in _ELEM_ANYWHERE):
+        return True
+    if not _ELEM_LETTER_WORDS.isdisjoint(_LETTER_RUN.findall(low)):
+        return True
+    return any(w in low and pat.search(low) for w, pat in _ELEM_OTHER_WORDS)
