@@ -85,6 +85,52 @@ def dispatch_slack(ev: EventArrays, ready_lag: np.ndarray, prev: np.ndarray) -> 
     return slack
 
 
+def busy_periods(ev: EventArrays, kernels: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """Per event: the id of the busy period of its rank and device it belongs to (-1 for events
+    not in ``kernels``). A busy period is a run of ``kernels`` of one rank and device (any stream)
+    each starting at most the device's ``slack`` (per event) after every one before it ended."""
+    period = np.full(ev.n, -1, dtype=np.int64)
+    if not len(kernels):
+        return period
+    g, _ = keys.joint_codes((ev.rank[kernels], ev.device[kernels]),
+                            (ev.rank[kernels], ev.device[kernels]))
+    o = np.lexsort((ev.ts[kernels], g))
+    k, g = kernels[o], g[o]
+    t0 = float(min(ev.ts[k].min(), ev.end[k].min()))
+    span = float(max(ev.ts[k].max(), ev.end[k].max()) - t0) + float(slack[k].max()) + 1.0
+    # the latest end so far, per device (offset by a monotone key per device: a running maximum
+    # over the devices back to back never carries one device's ends into the next)
+    run_end = np.maximum.accumulate(g * span + (ev.end[k] - t0))
+    new = np.ones(len(k), dtype=bool)
+    new[1:] = ((g[1:] != g[:-1])
+               | (g[1:] * span + (ev.ts[k[1:]] - t0) > run_end[:-1] + slack[k[1:]]))
+    period[k] = np.cumsum(new) - 1
+    return period
+
+
+def _period_at(ev: EventArrays, kernels: np.ndarray, period: np.ndarray, who: np.ndarray,
+               t: np.ndarray) -> np.ndarray:
+    """Per ``who``: the busy period of its rank and device that a kernel of ``kernels`` running
+    at ``t`` (started at or before, ended after) belongs to; -1 when none ran then."""
+    out = np.full(len(who), -1, dtype=np.int64)
+    if not len(who) or not len(kernels):
+        return out
+    kg, wg = keys.joint_codes((ev.rank[kernels], ev.device[kernels]),
+                              (ev.rank[who], ev.device[who]))
+    o = np.lexsort((ev.ts[kernels], kg))
+    k, kg = kernels[o], kg[o]
+    t0 = float(min(ev.ts[k].min(), t.min()))
+    span = float(max(ev.end[k].max(), t.max()) - t0) + 1.0
+    run_end = np.maximum.accumulate(kg * span + (ev.end[k] - t0))
+    # the last kernel of the device started at or before t: its period is busy at t when some
+    # kernel so far in that device's order ends after t
+    i = np.searchsorted(kg * span + (ev.ts[k] - t0), wg * span + (t - t0), side="right") - 1
+    ic = np.maximum(i, 0)
+    hit = (i >= 0) & (kg[ic] == wg) & (run_end[ic] > wg * span + (t - t0))
+    out[hit] = period[k[ic[hit]]]
+    return out
+
+
 def contention_edges(ev: EventArrays, ready_lag: np.ndarray, prev: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, object]]:
     """(src, dst, tail) of the ``contention`` edges (event ids: the kernel waited for → the
@@ -118,6 +164,9 @@ def contention_edges(ev: EventArrays, ready_lag: np.ndarray, prev: np.ndarray
     flat = bk * span + (b_end - b_end.min())
     cur = np.searchsorted(flat, wk * span + (lo_end - b_end.min()), side="left")
     cur = np.maximum(cur, grp_lo)
+    period = busy_periods(ev, blockers, slack)
+    # the busy period the device was in when the waiting kernel became ready (-1: idle then)
+    at_ready = _period_at(ev, blockers, period, waiting, ready)
     best = np.full(len(waiting), -1, dtype=np.int64)
     best_d = np.full(len(waiting), np.inf)
     for _ in range(_LOOK):
@@ -127,8 +176,11 @@ def contention_edges(ev: EventArrays, ready_lag: np.ndarray, prev: np.ndarray
         c = np.minimum(cur, len(blockers) - 1)
         b = blockers[c]
         live &= b_end[c] <= hi_end
-        ok = (live & (ev.stream[b] != ev.stream[waiting]) & (ev.ts[b] <= ready + 0.5 * lag)
-              & (b != waiting))
+        # it ran through the second half of the wait, or the device was busy with other
+        # streams' compute work from the waiting kernel's ready time until it started
+        through = (ev.ts[b] <= ready + 0.5 * lag) | (
+            (at_ready >= 0) & (period[b] == at_ready) & (ev.ts[b] < w_ts))
+        ok = live & (ev.stream[b] != ev.stream[waiting]) & through & (b != waiting)
         d = np.abs(b_end[c] - w_ts)
         better = ok & (d < best_d)
         best[better], best_d[better] = b[better], d[better]
