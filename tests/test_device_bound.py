@@ -136,6 +136,47 @@ def test_a_kernel_with_its_own_long_lag_and_no_kernel_ending_nearby_is_not_conte
     assert g.notes["contention_waits"] == 0
 
 
+def kernel_behind_two_jobs(handover: float) -> object:
+    """One step. Kernel A (stream 7, 20-1520 us, launched at 0 us) fills the device; the host
+    launches kernels C and B while it runs (launch calls at 30 and 32 us). C (stream 9) starts
+    ``handover`` us after A ends and runs 500 us; B (stream 20) starts 5 us after C ends. B
+    waited ~2 ms, C only the last quarter of it: no one kernel ran through the second half of
+    B's wait."""
+    a_end = 1520.0
+    c_start = a_end + handover
+    rows = [host(0, 0, 3000, name="ProfilerStep#1", kind="annotation", step=1)]
+    for corr, at in ((1, 0.0), (2, 30.0), (3, 32.0)):
+        rows.append(host(0, at, 1, name="cudaLaunchKernel", kind="runtime",
+                         depth=1, step=1, correlation=corr))
+    rows += [dev(0, 20, a_end - 20, step=1, correlation=1),
+             dev(0, c_start, 500, stream=9, step=1, correlation=2, kind="conv"),
+             dev(0, c_start + 505, 10, stream=20, step=1, correlation=3, kind="elementwise")]
+    return table(rows)
+
+
+def test_a_kernel_waiting_behind_two_jobs_in_turn_follows_the_second() -> None:
+    # before: C started after the middle of B's wait, so B kept its ~2 ms lag as measured
+    t = kernel_behind_two_jobs(handover=5.0)
+    g = build_graph(t)
+    assert g.notes["contention_waits"] == 2   # C behind A, B behind C
+    base = replay_events(t, graph=g)
+    fast = replay_events(t, graph=g, whatifs=[FAST_DEVICE])
+    names = base.events.column("name").to_pylist()
+    b, c = names.index("kelementwise"), names.index("kconv")
+    start = base.events.column("start_us").to_numpy()
+    assert float(start[b]) == pytest.approx(float(t.column("ts_us").to_numpy()[b]))
+    fs, fe = fast.events.column("start_us").to_numpy(), fast.events.column("end_us").to_numpy()
+    # A and C 10x shorter: B follows C's end (5 us after it, as measured), ~1.8 ms earlier
+    assert float(fs[b]) == pytest.approx(float(fe[c]) + 5.0, abs=1e-6)
+    assert float(fs[b]) < float(start[b]) - 1500.0
+
+
+def test_a_device_idle_longer_than_its_slack_during_the_wait_is_no_contention() -> None:
+    # A and C 60 us apart (slack 20 us): the device was not busy through B's wait
+    t = kernel_behind_two_jobs(handover=60.0)
+    assert build_graph(t).notes["contention_waits"] == 0
+
+
 
 def device_with_dispatch_gap(gaps: list[float], wait: float) -> object:
     """One step. The host launches every kernel up front (launch calls at 0, 2, 4, ... us).
