@@ -1,10 +1,18 @@
-"""The outlier check (`ingest.anomalies._outliers`) against its definition, one rank at a time."""
+"""The outlier check (`ingest.anomalies._outliers`) against its definition, one rank at a time;
+the duplicate check (`ingest.anomalies._duplicates`) against a grouping of the rows."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
-from mtia_trace.ingest.anomalies import OUTLIER_MIN_US, OUTLIER_SPANS, _outliers
+from mtia_trace.ingest.anomalies import (
+    _DUPLICATE_KEYS,
+    OUTLIER_MIN_US,
+    OUTLIER_SPANS,
+    _duplicates,
+    _outliers,
+)
 
 
 def _by_definition(rank: np.ndarray, ts: np.ndarray, end: np.ndarray
@@ -46,3 +54,41 @@ def test_outliers_are_those_of_the_definition_in_and_out_of_rank_order() -> None
         assert bad.tolist() == want_bad and far.tolist() == want_far, case
         found += len(bad)
     assert found > 20  # the cases do hold outliers
+
+
+def _duplicates_by_definition(t: pa.Table) -> tuple[int, int] | None:
+    """(events beyond the first of each group of complete events equal in every key, the first
+    row of the first such group), or None."""
+    rows = t.to_pylist()
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r["ph"] == "X":
+            groups.setdefault(tuple(r[k] for k in _DUPLICATE_KEYS), []).append(i)
+    dup = [g for g in groups.values() if len(g) > 1]
+    if not dup:
+        return None
+    return sum(len(g) - 1 for g in dup), min(g[0] for g in dup)
+
+
+def test_duplicates_by_definition() -> None:
+    rnd = np.random.default_rng(5)
+    seen = 0
+    for _ in range(300):
+        n = int(rnd.integers(1, 40))
+        t = pa.table({
+            "ph": rnd.choice(["X", "X", "i"], n), "rank": rnd.integers(0, 2, n).astype(np.int32),
+            "track": rnd.choice(["host:1:1", "host:1:2", "dev:0:7"], n),
+            "name": rnd.choice(["a", "b", "aten::mm"], n), "ts_us": rnd.choice([0.0, -0.0, 1.5], n),
+            "dur_us": rnd.choice([0.0, 2.0], n), "correlation": rnd.integers(-1, 2, n),
+            "external_id": rnd.integers(-1, 1, n)})
+        want = _duplicates_by_definition(t)
+        got = _duplicates(t)
+        assert bool(got) == (want is not None)
+        if want is not None:
+            seen += 1
+            extra, row = want
+            first = t.slice(row, 1).to_pylist()[0]
+            assert got[0].startswith(f"{extra} events are exact duplicates")
+            assert (f"{str(first['name'])[:60]!r} on rank {first['rank']} at "
+                    f"{first['ts_us']:.17g} us") in got[0]
+    assert seen > 50

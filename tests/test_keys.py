@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtia_trace.keys import codes, joint_codes, lookup
+from mtia_trace.keys import codes, joint_codes, joint_keys, lookup
 
 _ID = st.integers(-1, 2**62)  # ids of any magnitude, -1 for "none"
 _ROWS = st.lists(st.tuples(_ID, _ID, _ID), min_size=1, max_size=60)
@@ -52,3 +52,19 @@ def test_joint_codes_look_up_only_equal_tuples(left, right):
 def test_streams_7_and_4103_differ():
     k = codes(np.array([0, 0]), np.array([0, 0]), np.array([7, 4103]))
     assert k[0] != k[1]
+
+
+_SMALL = st.integers(-3, 40)  # spans that pack into one int64
+_EXTREME = st.sampled_from([-(2**63), -(2**62), -1, 0, 7, 2**62, 2**63 - 1])  # ones that do not
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.one_of(_SMALL, _EXTREME), _SMALL), min_size=1, max_size=40),
+       st.lists(st.tuples(st.one_of(_SMALL, _EXTREME), _SMALL), min_size=1, max_size=40))
+def test_joint_keys_equal_exactly_when_tuples_equal(left, right):
+    lk, rk = joint_keys(tuple(np.array(c, dtype=np.int64) for c in zip(*left)),
+                        tuple(np.array(c, dtype=np.int64) for c in zip(*right)))
+    rows, got = left + right, lk.tolist() + rk.tolist()
+    for a, ka in zip(rows, got):
+        for b, kb in zip(rows, got):
+            assert (a == b) == (ka == kb)

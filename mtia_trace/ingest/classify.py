@@ -45,6 +45,23 @@ _DEVICE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
+#: Per rule of `_DEVICE_RULES` (None: no such words), words one of which any match of its
+#: pattern contains, lowercased: on an ASCII name (where ``re.I`` is ASCII case folding) a rule
+#: whose words are all absent cannot match, and its search over a long kernel name is skipped.
+_RULE_WORDS: tuple[tuple[str, ...] | None, ...] = (
+    ("flash", "fmha", "attention", "sdpa", "_attn"),
+    ("embedding", "split_eb", "tbe_", "_tbe", "indexselectlargeindex", "jagged"),
+    ("adam", "adagrad", "sgd", "lamb", "optimi", "_fused_", "multi_tensor_apply"),
+    ("conv", "implicit", "winograd", "dgrad", "wgrad", "cudnn"),
+    ("gemm", "gemv", "cutlass", "cijk_", "_xmma", "matmul", "fc", "mm", "linear", "dot_product",
+     "tensorop"),
+    ("reduce", "softmax", "norm", "bn_fw", "bn_bw", "sum", "mean", "argmax", "argmin",
+     "triton_red", "triton_per", "scan", "topk", "sort"),
+    None,  # elementwise: its two-letter words (eq, ne, lt...) are in most names
+)
+#: words one of which any match of `_COLL_KERNEL` contains, lowercased
+_COLL_WORDS = ("nccl", "rccl", "hccl")
+
 #: aten op names (after the namespace) by kind, for host ops.
 _GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
                        "addbmm", "_addmm_activation", "dot", "einsum", "_scaled_mm"})
@@ -176,12 +193,17 @@ def classify(cat: str | None, name: str) -> str:
 
 
 def _device_kind(name: str) -> str:
-    if _COLL_KERNEL.search(name):
+    # `_RULE_WORDS` rule out patterns before they are searched; only on ASCII names, where
+    # lowercasing and re.I's case folding agree
+    low = name.lower() if name.isascii() else None
+    if (low is None or any(w in low for w in _COLL_WORDS)) and _COLL_KERNEL.search(name):
         op = coll_op_of(name)
         return "p2p" if op in ("send", "recv") else "collective"
     if name.lower().startswith(("memcpy", "memset")):
         return "memcpy" if name.lower().startswith("memcpy") else "memset"
-    for kind, pat in _DEVICE_RULES:
+    for (kind, pat), words in zip(_DEVICE_RULES, _RULE_WORDS):
+        if low is not None and words is not None and not any(w in low for w in words):
+            continue
         if pat.search(name):
             return kind
     return "other"

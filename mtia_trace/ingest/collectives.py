@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mtia_trace import keys
 from mtia_trace.ingest.classify import coll_op_of
 from mtia_trace.ingest.decode import RawLists
 from mtia_trace.ingest.rows import Rows
@@ -82,13 +83,15 @@ def _ranks_text(ranks: list[Any], texts: dict[tuple[int, ...], str]) -> str:
 
 
 def fill(rows: Rows, args: np.ndarray, kind: np.ndarray, parent: np.ndarray, launch: np.ndarray,
-         dist_by_rank: dict[int, dict[str, Any]], gloo_tracks: set[str]
-         ) -> tuple[dict[str, np.ndarray], list[str]]:
+         dist_by_rank: dict[int, dict[str, Any]], gloo_tracks: set[str], *,
+         is_coll: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], list[str]]:
     """The collective columns (coll_op, coll_bytes_in/out, group_size, pg, pg_ranks, coll_seq;
-    rows in events-table order) and the warnings found."""
+    rows in events-table order) and the warnings found. ``is_coll``: whether each row's kind
+    is one of `COMM_KINDS`, where the caller knows."""
     name, rank, is_dev, ts = rows.name, rows.rank, rows.is_device, rows.ts_us
     n = len(kind)
-    is_coll = np.logical_or.reduce([kind == k for k in COMM_KINDS])
+    if is_coll is None:
+        is_coll = np.logical_or.reduce([kind == k for k in COMM_KINDS])
     idx = np.flatnonzero(is_coll)
     warnings: list[str] = []
     coll_op = np.full(n, None, dtype=object)
@@ -249,9 +252,18 @@ def _share_within(rank: np.ndarray, pg: np.ndarray, seq: np.ndarray, idx: np.nda
     rows = idx[seq[idx] >= 0]
     if not len(rows):
         return
-    df = pd.DataFrame({"rank": rank[rows], "pg": pd.Series(pg[rows]).fillna("").to_numpy(),
-                       "seq": seq[rows], "bin": b_in[rows], "bout": b_out[rows], "g": gsize[rows]})
-    m = df.groupby(["rank", "pg", "seq"])[["bin", "bout", "g"]].transform("max")
-    b_in[rows] = np.where(b_in[rows] > 0, b_in[rows], m["bin"].to_numpy())
-    b_out[rows] = np.where(b_out[rows] > 0, b_out[rows], m["bout"].to_numpy())
-    gsize[rows] = np.where(gsize[rows] > 0, gsize[rows], m["g"].to_numpy())
+    group = keys.codes(rank[rows], pd.Series(pg[rows]).fillna("").to_numpy(), seq[rows])
+    for col in (b_in, b_out, gsize):
+        v = col[rows]
+        col[rows] = np.where(v > 0, v, _group_max(group, v))
+
+
+def _group_max(group: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Per row, the largest ``v`` of its group (dense codes ``group``); NaNs are skipped."""
+    if v.dtype.kind == "f":
+        top = np.full(int(group.max()) + 1, np.nan)
+        np.fmax.at(top, group, v)  # NaN where a group has nothing but NaN
+    else:
+        top = np.full(int(group.max()) + 1, np.iinfo(v.dtype).min, dtype=v.dtype)
+        np.maximum.at(top, group, v)
+    return top[group]

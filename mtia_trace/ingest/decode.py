@@ -62,9 +62,11 @@ TimeUs = Annotated[float, msgspec.Meta(ge=-MAX_TIME_US, le=MAX_TIME_US)]
 class Args(msgspec.Struct, gc=False, omit_defaults=True):
     """The event args the ingest reads; every other key is skipped while decoding."""
 
-    external_id: Int64 | None = msgspec.field(default=None, name="External id")
-    external_id_old: Int64 | None = msgspec.field(default=None, name="external id")
-    correlation: Int64 | None = None
+    # ids default to -1, the columns' "none": read as int64 arrays in one pass (an explicit
+    # null still reads as None)
+    external_id: Int64 | None = msgspec.field(default=-1, name="External id")
+    external_id_old: Int64 | None = msgspec.field(default=-1, name="external id")
+    correlation: Int64 | None = -1
     device: Int64 | None = None
     stream: Int64 | str | None = None
     stream_id: Int64 | str | None = None
@@ -194,8 +196,10 @@ OTHER_PHASES = "BECbnetPONDVvRc()"
 _OTHER = tuple(msgspec.defstruct(f"Phase{ord(p)}", [("name", str, "")], gc=False,
                                  tag_field="ph", tag=p, namespace={"ph": p})
                for p in OTHER_PHASES)
-PhasedEvent = functools.reduce(operator.or_, (Complete, Instant, GlobalInstant, Meta, FlowStart,
-                                              FlowEnd, *_OTHER))
+#: every struct the phased decode makes, one per phase
+PHASED_TYPES: tuple[type, ...] = (Complete, Instant, GlobalInstant, Meta, FlowStart, FlowEnd,
+                                  *_OTHER)
+PhasedEvent = functools.reduce(operator.or_, PHASED_TYPES)
 
 
 class PhasedDocument(msgspec.Struct, gc=False):

@@ -11,20 +11,24 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, eq, is_, is_not
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from mtia_trace import keys
 from mtia_trace.errors import TraceFormatError
 from mtia_trace.ingest.classify import DEVICE_CATS, FLOW_CATS, RUNTIME_CATS
 from mtia_trace.ingest.decode import (
+    PHASED_TYPES,
     Args,
     Event,
+    FlowEnd,
     NotStreamable,
     Pieces,
     check_steps,
@@ -86,28 +90,40 @@ def _as_int(v: Any) -> int | None:
 _PH = attrgetter("ph")
 _NAME = attrgetter("name")
 _ARGS = attrgetter("args")
+_ID, _CAT, _PID, _TID, _TS, _DUR = map(attrgetter, ("id", "cat", "pid", "tid", "ts", "dur"))
+_DEVICE, _STREAM = attrgetter("device"), attrgetter("stream")
 _META = attrgetter("name", "pid", "tid", "args")
 #: how `_partition` groups the phases: complete and instant rows, metadata, flows, the others
 _COMPLETE_GROUP, _INSTANT_GROUP, _META_GROUP, _FLOW_GROUP, _OTHER_GROUP = range(5)
+_TYPE_INDEX = {t: k for k, t in enumerate(PHASED_TYPES)}
 _GROUP = {"X": _COMPLETE_GROUP, "i": _INSTANT_GROUP, "I": _INSTANT_GROUP, "M": _META_GROUP,
           "s": _FLOW_GROUP, "f": _FLOW_GROUP}
+
+
+class _Index(dict):  # type: ignore[type-arg]
+    """value -> code, a new value taking the next code as it is first looked up."""
+
+    def __missing__(self, value: Any) -> int:
+        code = self[value] = len(self)
+        return code
 
 
 class Coder:
     """Codes for values as they come, chunk after chunk: each distinct value's code is its
     first-seen position over everything coded so far (``values``); None is a value like any
-    other. One pass of dict lookups and no per-call overhead, so it stays cheap on the small
-    per-rank files a many-rank trace is made of (on lists of Python objects pandas' factorize
-    is 2x slower; `_tracks` gives it the integer combinations, where it is faster)."""
+    other. One pass of dict lookups at C speed (a value seen before never leaves C; a new one
+    takes its code in `_Index.__missing__`), so it stays cheap on the small per-rank files a
+    many-rank trace is made of (on lists of Python objects pandas' factorize is 2x slower;
+    `_tracks` gives it the integer combinations, where it is faster)."""
 
     def __init__(self) -> None:
-        self._index: dict[Any, int] = {}
+        self._index = _Index()
 
-    def __call__(self, values: list[Any]) -> np.ndarray:
-        index = self._index
-        code = index.setdefault
-        return np.fromiter([code(v, len(index)) for v in values], dtype=np.int64,
-                           count=len(values))
+    def __call__(self, values: Iterable[Any], count: int = -1) -> np.ndarray:
+        """The codes of ``values`` (a list, or any iterable of ``count`` values)."""
+        if count < 0:
+            count = len(values)  # type: ignore[arg-type]
+        return np.fromiter(map(self._index.__getitem__, values), dtype=np.int64, count=count)
 
     @property
     def values(self) -> list[Any]:
@@ -160,6 +176,8 @@ def _place(key: tuple[Any, Any, Any, Any], thread_names: dict[tuple[Any, Any], l
     return (d if d is not None else -1, s if s is not None else -1)
 
 
+#: integers up to this are exact in a float64
+_EXACT_IN_FLOAT = 2**53
 #: raw JSON shape args: columns of codes into the file's distinct raw values
 RAW_FIELDS = ("input_dims", "input_type", "concrete")
 #: columns held as int32 codes (-1: absent) -> the `RawFile.values` list the codes index
@@ -169,21 +187,31 @@ CODED = {"name": "name", "cat": "cat", "ph": "ph", "track": "track",
 _PHASES = ["X", "i"]
 
 
-def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int, index: dict[bytes, int]
+def _raw_codes(present: list[Args], arg_rows: np.ndarray, n: int, index: _Index
                ) -> dict[str, np.ndarray]:
     """Each shape arg as a per-row code into ``index``, the distinct raw JSON values seen so far
     (-1: absent). A `msgspec.Raw` is a view that keeps its piece of JSON text alive, and shapes
     repeat massively: each distinct one is copied out once, and no row keeps one of its own."""
-    code = index.setdefault
     out = {}
     for f in RAW_FIELDS:
         col = np.full(n, -1, dtype=np.int32)
         # traces without shapes skip the per-row pass (a Raw holds a JSON value: never empty)
         if any(map(attrgetter(f), present)):
-            col[arg_rows] = [-1 if v is None else code(bytes(v), len(index))
+            col[arg_rows] = [-1 if v is None else index[bytes(v)]
                              for v in map(attrgetter(f), present)]
         out[f] = col
     return out
+
+
+_EXT, _EXT_OLD, _CORR = map(attrgetter, ("external_id", "external_id_old", "correlation"))
+
+
+def _ids(present: list[Args], get: attrgetter) -> np.ndarray:
+    """One id arg of the rows with args as int64, -1 where absent (the default) or null."""
+    try:
+        return np.fromiter(map(get, present), dtype=np.int64, count=len(present))
+    except TypeError:  # an explicit null: None
+        return np.array([-1 if (v := get(a)) is None else v for a in present], np.int64)
 
 
 #: args read after this file's columns are made (sizes, syncs, collectives); the rest (ids,
@@ -217,9 +245,10 @@ def _drop_spent(args: np.ndarray, arg_rows: np.ndarray, present: list[Args],
     bulk of the ingest's memory until the table is built. The ones kept drop their raw shape
     views (shapes are columns by now) and share one string per distinct process-group rank list."""
     spent = np.fromiter(map(_none_late, present), dtype=bool, count=len(present))
-    host = np.flatnonzero(~is_device[arg_rows])
-    if len(host):  # a host event's stream is read later (stream synchronize calls)
-        spent[host[[present[j].stream is not None for j in host.tolist()]]] = False
+    # a host event's stream is read later (stream synchronize calls)
+    spent &= ~(~is_device[arg_rows] & np.fromiter(map(is_not, map(_STREAM, present),
+                                                      repeat(None)), dtype=bool,
+                                                  count=len(present)))
     spent &= ~keep_cat[arg_rows]
     args[arg_rows[spent]] = None
     seen: dict[str, str] = {}
@@ -234,17 +263,30 @@ def _partition(events: list[Any]) -> tuple[list[Any], np.ndarray, list[Any], lis
     """(rows, whether each row is complete (not an instant), metadata events, flow events, the
     other events, events per phase in first-seen order) of a file.
 
-    Each event is keyed once: by its struct type in the phased decode (the type is the phase,
-    and ``type`` is cheaper than reading the class attribute), by its ``ph`` in the plain one.
-    The rest is per distinct key, then numpy over the key codes."""
-    key = _PH if events and type(events[0]) is Event else type
-    code, uniq = codes(list(map(key, events)))
-    ph_of = [k if isinstance(k, str) else k.ph for k in uniq]
-    phases = dict(zip(ph_of, np.bincount(code, minlength=len(uniq)).tolist()))
+    Each event is keyed once: in the phased decode by the index of its struct type among
+    `PHASED_TYPES` (the type is the phase; a dict lookup per event, at C speed), in the plain
+    one by its ``ph``. The rest is per distinct key, then numpy over the key codes."""
+    if events and type(events[0]) is Event:
+        code, uniq = codes(list(map(_PH, events)))
+        ph_of: list[str] = uniq
+    else:
+        code = np.fromiter(map(_TYPE_INDEX.__getitem__, map(type, events)), dtype=np.int64,
+                           count=len(events))
+        counts = np.bincount(code, minlength=len(PHASED_TYPES))
+        seen = np.flatnonzero(counts)  # the types present, in first-seen order below
+        first = [int(np.argmax(code == k)) for k in seen.tolist()]
+        order = seen[np.argsort(first, kind="stable")]
+        remap = np.zeros(len(PHASED_TYPES), dtype=np.int64)
+        remap[order] = np.arange(len(order))
+        code = remap[code]
+        ph_of = [PHASED_TYPES[k].ph for k in order.tolist()]
+    phases = dict(zip(ph_of, np.bincount(code, minlength=len(ph_of)).tolist()))
     group = np.array([_GROUP.get(p, _OTHER_GROUP) for p in ph_of], dtype=np.int8)[code]
 
+    every = np.fromiter(events, dtype=object, count=len(events))
+
     def take(mask: np.ndarray) -> list[Any]:
-        return list(compress(events, mask.tolist())) if mask.any() else []
+        return every[mask].tolist() if mask.any() else []
 
     is_row = group <= _INSTANT_GROUP
     rows = take(is_row)
@@ -302,7 +344,7 @@ class _Columns:
         self.phases: dict[str, int] = {}
         self.name, self.cat, self.pid, self.tid = Coder(), Coder(), Coder(), Coder()
         self.device, self.stream = Coder(), Coder()  # of device rows, from their args
-        self.raw: dict[bytes, int] = {}
+        self.raw = _Index()  # distinct raw shape args -> code
         self.other_names: tuple[set[str], set[str], set[str]] = (set(), set(), set())
         self.threads: set[tuple[Any, Any, Any, str]] = set()
         self.parts: dict[str, list[np.ndarray]] = {}
@@ -316,34 +358,62 @@ class _Columns:
         whether it ends a flow, pid and tid (codes of the rows' coders), ts and the id as int64
         (`_as_int`) and whether it is one. The events themselves are not kept: on GPU traces
         they are a third of the file, and a piece's objects kept past it hold its memory."""
-        fl = [e for e in flow_events if e.cat in FLOW_CATS and e.id is not None]
+        ids: list[Any] = list(map(_ID, flow_events))
+        fl = flow_events
+        id_types = set(map(type, ids))
+        if type(None) in id_types or not FLOW_CATS.issuperset(map(_CAT, flow_events)):
+            keep = [e.cat in FLOW_CATS and v is not None for e, v in zip(flow_events, ids)]
+            fl, ids = list(compress(fl, keep)), list(compress(ids, keep))
+            id_types = set(map(type, ids))
         if not fl:
             return
-        ids: list[Any] = [e.id for e in fl]
-        ok = np.ones(len(ids), dtype=bool)
-        if not all(type(v) is int for v in ids):  # ints are the usual case; Int64 bounds them
+        n = len(fl)
+        ok = np.ones(n, dtype=bool)
+        if id_types != {int}:  # ints are the usual case; Int64 bounds them
             ids = [_as_int(v) for v in ids]
             ok = np.array([v is not None for v in ids], dtype=bool)
             ids = [0 if v is None else v for v in ids]
-        self._keep(flow_end=np.array([e.ph == "f" for e in fl], dtype=bool),
-                   flow_pid=self.pid([e.pid for e in fl]), flow_tid=self.tid([e.tid for e in fl]),
-                   flow_ts=np.array([e.ts for e in fl], dtype=np.float64),  # None -> nan
+        # a flow's end: its struct's type in the phased decode (reading the class attribute
+        # through each event costs more), its ph in the plain one
+        end = (map(eq, map(_PH, fl), repeat("f")) if type(fl[0]) is Event
+               else map(is_, map(type, fl), repeat(FlowEnd)))
+        self._keep(flow_end=np.fromiter(end, dtype=bool, count=n),
+                   flow_pid=self.pid(map(_PID, fl), n), flow_tid=self.tid(map(_TID, fl), n),
+                   flow_ts=np.fromiter(map(_TS, fl), dtype=np.float64, count=n),  # None -> nan
                    flow_id=np.array(ids, dtype=np.int64), flow_ok=ok)
 
     def _flow_ids(self, end: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
         """(the id of the flow at each (end, pid code, tid code, ts), whether there is one and
-        it is an integer); of flows given twice, the last counts."""
+        it is an integer); of flows given twice, the last counts.
+
+        Keys are complex numbers, (end, pid, tid) as one exact integer in the real part and ts
+        in the imaginary one, which numpy sorts and searches lexicographically: one stable
+        sort of the flows, one binary search per row (-0.0 and 0.0 compare equal, a NaN time
+        equals nothing)."""
         if "flow_ts" not in self.parts:
             return np.zeros(len(ts), dtype=np.int64), np.zeros(len(ts), dtype=bool)
-        flows = pd.MultiIndex.from_arrays(
-            [self._joined(k) for k in ("flow_end", "flow_pid", "flow_tid", "flow_ts")])
-        last = ~flows.duplicated(keep="last")
-        ids, ok = self._joined("flow_id")[last], self._joined("flow_ok")[last]
-        at = flows[last].get_indexer(pd.MultiIndex.from_arrays([end, pid, tid, ts]))
-        found = at >= 0
-        found[found] = ok[at[found]]
-        return ids[np.maximum(at, 0)], found
+        npid, ntid = len(self.pid.values), len(self.tid.values)
+        fts = self._joined("flow_ts")
+        nf = len(fts)
+        cols = [np.concatenate([self._joined(k), q])
+                for k, q in (("flow_end", end), ("flow_pid", pid), ("flow_tid", tid))]
+        both = np.empty(nf + len(ts), dtype=np.complex128)
+        if 2 * npid * ntid < _EXACT_IN_FLOAT:
+            both.real = (cols[0].astype(np.int64) * npid + cols[1]) * ntid + cols[2]
+        else:  # more threads than a float counts exactly: dense codes of the triples
+            both.real = keys.codes(*cols)
+        both.imag[:nf], both.imag[nf:] = fts, ts
+        del cols
+        flows, queries = both[:nf], both[nf:]
+        order = np.argsort(flows, kind="stable")
+        fk = flows[order]
+        last = np.r_[fk[1:] != fk[:-1], True]  # the last of each run of equal keys
+        fk, order = fk[last], order[last]
+        ids, ok = self._joined("flow_id")[order], self._joined("flow_ok")[order]
+        at = np.minimum(np.searchsorted(fk, queries), len(fk) - 1)
+        found = (fk[at] == queries) & ok[at]
+        return ids[at], found
 
     def add(self, events: list[Any]) -> None:
         rows, is_x, meta, flow_events, other, phases = _partition(events)
@@ -357,16 +427,15 @@ class _Columns:
         self._keep_flows(flow_events)
         del flow_events
         n = len(rows)
-        cat_code = self.cat([e.cat for e in rows])
+        cat_code = self.cat(map(_CAT, rows), n)
         cat_uniq = self.cat.values
         is_device = np.array([c in DEVICE_CATS for c in cat_uniq], dtype=bool)[cat_code]
-        args = np.empty(n, dtype=object)
-        args[:] = list(map(_ARGS, rows))
-        self._keep(name=self.name(list(map(_NAME, rows))), cat=cat_code, is_x=is_x,
-                   pid=self.pid([e.pid for e in rows]), tid=self.tid([e.tid for e in rows]),
+        args = np.fromiter(map(_ARGS, rows), dtype=object, count=n)
+        self._keep(name=self.name(map(_NAME, rows), n), cat=cat_code, is_x=is_x,
+                   pid=self.pid(map(_PID, rows), n), tid=self.tid(map(_TID, rows), n),
                    # None -> nan: `finish` words it
-                   ts=np.array([e.ts for e in rows], dtype=np.float64),
-                   dur=np.array([e.dur for e in rows], dtype=np.float64))
+                   ts=np.fromiter(map(_TS, rows), dtype=np.float64, count=n),
+                   dur=np.fromiter(map(_DUR, rows), dtype=np.float64, count=n))
         del rows
         arg_rows = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), dtype=bool,
                                               count=n))
@@ -376,18 +445,20 @@ class _Columns:
         self._keep(**_raw_codes(present, arg_rows, n, self.raw))
         dev_idx = np.flatnonzero(is_device)
         dargs = args[dev_idx].tolist()  # where a device row runs, read before args are dropped
-        self._keep(dev_device=self.device([a.device if a is not None else None for a in dargs]),
-                   dev_stream=self.stream([a.stream if a is not None else None for a in dargs]))
+        if None in dargs:
+            self._keep(dev_device=self.device([None if a is None else a.device for a in dargs]),
+                       dev_stream=self.stream([None if a is None else a.stream for a in dargs]))
+        else:
+            self._keep(dev_device=self.device(map(_DEVICE, dargs), len(dargs)),
+                       dev_stream=self.stream(map(_STREAM, dargs), len(dargs)))
         del dargs
         if len(arg_rows):
-            ext = np.array([-1 if (v := a.external_id) is None else v for a in present],
-                           np.int64)
-            ext_old = np.array([-1 if (v := a.external_id_old) is None else v for a in present],
-                               np.int64)
-            corr = np.array([-1 if (v := a.correlation) is None else v for a in present],
-                            np.int64)
-            external[arg_rows] = np.where(ext >= 0, ext, ext_old)
-            correlation[arg_rows] = corr
+            ext = _ids(present, _EXT)
+            old = np.flatnonzero(ext < 0)  # the older spelling, read where the usual one lacks
+            if len(old):
+                ext[old] = _ids([present[j] for j in old.tolist()], _EXT_OLD)
+            external[arg_rows] = ext
+            correlation[arg_rows] = _ids(present, _CORR)
             keep_cat = np.array([c in _KEEP_ARGS_CATS for c in cat_uniq], dtype=bool)[cat_code]
             _drop_spent(args, arg_rows, present, is_device, keep_cat)
         del present

@@ -42,7 +42,10 @@ def check(events: pa.Table) -> list[str]:
     if events.num_rows == 0:
         return []
     cols = {c: events.column(c).to_numpy(zero_copy_only=False)
-            for c in ("rank", "ts_us", "dur_us", "is_device", "launch_id", "ph")}
+            for c in ("rank", "ts_us", "dur_us", "is_device", "launch_id")}
+    # complete events, compared in Arrow: the column as numpy would be a str object per row
+    cols["is_x"] = pc.fill_null(pc.equal(events.column("ph"), "X"),
+                                False).to_numpy(zero_copy_only=False)
     kind = events.column("kind")
     cols["passive"] = pc.fill_null(pc.is_in(kind, pa.array(list(PASSIVE_KINDS))),
                                    False).to_numpy(zero_copy_only=False)
@@ -75,7 +78,7 @@ def _early_kernels(events: pa.Table, c: dict[str, np.ndarray],
 
 def _no_time(events: pa.Table, c: dict[str, np.ndarray],
              describe: Callable[[int], str]) -> list[str]:
-    work = np.flatnonzero((c["ph"] == "X") & ~c["passive"])
+    work = np.flatnonzero(c["is_x"] & ~c["passive"])
     if len(work) < 2:
         return []
     out = []
@@ -98,7 +101,7 @@ def _steps(events: pa.Table, c: dict[str, np.ndarray],
            describe: Callable[[int], str]) -> list[str]:
     is_step = pc.fill_null(pc.starts_with(events.column("name"), "ProfilerStep#"),
                            False).to_numpy(zero_copy_only=False) & ~c["is_device"]
-    rows = np.flatnonzero(is_step & (c["ph"] == "X"))
+    rows = np.flatnonzero(is_step & c["is_x"])
     if len(rows) < 2:
         return []
     # the number in the name (the step column places events by time, not by name)
@@ -129,7 +132,7 @@ def _streams(events: pa.Table, c: dict[str, np.ndarray],
     # MTIA's DMA requests, which queue on several engines)
     gpu = pc.fill_null(pc.is_in(events.column("cat"), pa.array(list(STREAM_WORK_CATS))),
                        False).to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(c["is_device"] & (c["ph"] == "X") & gpu)
+    rows = np.flatnonzero(c["is_device"] & c["is_x"] & gpu)
     if len(rows) < 2:
         return []
     track = pc.dictionary_encode(events.column("track").take(pa.array(rows))).combine_chunks()
