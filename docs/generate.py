@@ -490,16 +490,19 @@ backward, and its dense layers put bias and ReLU (and their gradients) in cuBLAS
 epilogues (`mlp_layer.cu`, `functors/fused_gemm_functors.cu`) and compute each DCN cross layer
 with one fused element-wise kernel forward and one backward (`multi_cross_layer.cu`).
 `--framework torchrec` (the PyTorch DDP step, bucketed all-reduce during the backward, one aten
-kernel per element-wise operation) predicts the one-node H100 step 4.68 ms (+23%); HugeCTR's
-step predicts 4.60 ms: the exchanges it takes off the critical path are partly paid back by the
-TBE kernels they now overlap (the dense all-reduce slows the TBE backward from 1.60 to 1.72 ms,
-`replay.hardware.interference`), and HugeCTR's fused cross layer moves more bytes in the
-backward (six passes over the 6,912 x 3,456 activations per layer and a final sum) than the
-aten step's multiply, so its element-wise time (0.66 ms) is not shorter. The one-node H100 step
-is the TBE backward 1.72 ms, dense GEMMs 0.91 ms, element-wise 0.66 ms, exchanges and waits for
-the slowest rank about 0.46 ms, the TBE forward 0.37 ms and the dense optimizer 0.12 ms; it is
-21% slow against v3.0 and 28% against v4.0, whose software measured 5.5% faster on the same
-configuration. The A100/H100 and H200/H100 ratios are within 1% and 3.4%. Sourced but not
+kernel per element-wise operation) predicts the one-node H100 step 4.67 ms (+23%); HugeCTR's
+step predicts 4.49 ms: the exchanges it takes off the critical path overlap the TBE kernels,
+which pay for the HBM they then share only where the two ask more than HBM delivers
+(`replay.hardware.interference`): the TBE backward draws 0.37 of HBM's sustained bandwidth
+(Little's law, 29% of peak), so the dense all-reduce beside it leaves it at 1.64 ms, its time
+without interference, while the TBE forward (0.83) is slowed from 0.37 to 0.39 ms. HugeCTR's
+fused cross layer moves more bytes in the backward (six passes over the 6,912 x 3,456
+activations per layer and a final sum) than the aten step's multiply, so its element-wise time
+(0.66 ms) is not shorter. On the one-node H100 step's critical path are the TBE backward
+1.64 ms, dense GEMMs 0.91 ms, element-wise 0.66 ms, exchanges and waits for the slowest rank,
+the TBE forward 0.32 ms and the dense optimizer 0.12 ms; it is 18% slow against v3.0 and 25%
+against v4.0, whose software measured 5.5% faster on the same configuration. The A100/H100 and
+H200/H100 ratios are within 1.4% and 3.3%. Sourced but not
 modelled: HugeCTR runs the embedding on its own `mp` and `dp` streams beside the dense layers,
 where the model keeps one compute stream (kernels of one device do not overlap); v4.0's planner
 replicates the 13 tables under `DP_SHARDING_THRESHOLD` 0.008 GB (fewer than 7,813 rows; 23 of

@@ -130,7 +130,7 @@ def test_h100_replay_of_h100_sample_matches_as_measured(sample_events: pa.Table)
 #: the backward's cross-node all-to-all, ready first, waits in the generator behind DDP
 #: all-reduce buckets issued before it but started later on their own stream (1.1 ms instead
 #: of the replay's 0.2 ms), so the replay is 9.7% short of the as-measured step (16 ranks:
-#: 1.4%, within the 3%). With one pool for both link classes the generator was 9.3% / 9.5% off.
+#: 1.5%, within the 3%). With one pool for both link classes the generator was 9.3% / 9.5% off.
 #: Serving the generator's pools in ready order (its own ready times, timeline rerun until the
 #: grants settle) was tried and not kept: 16 ranks 8.2% off, and at 40 the grants oscillate,
 #: as the generator's ready times are not the replay's either.

@@ -13,6 +13,8 @@ import pytest
 
 from replay.hardware import interference as I
 from replay.hardware import load_spec, model_for
+from replay.hardware.compute import zipf_hit_ratio
+from replay.hardware.spec import HardwareSpec
 from replay.run import replay_events
 from tests.replay_tables import dev, table
 
@@ -53,11 +55,11 @@ MANY_WAVES = (20 * 12 * 128, 11 * 128, 16384)
 
 def _one_gemm(shape: tuple[int, int, int], *, hw: str = "h100", kind: str = "gemm",
               dtype: str = "c10::BFloat16", after: bool = False, late_peer: float = 0.0,
-              sets: tuple[str, ...] = ()) -> tuple[float, float]:
+              sets: tuple[str, ...] = (), victim: str = "victim") -> tuple[float, float]:
     """Two ranks, each with a 4 GiB all-to-all on stream 20 and a kernel of ``shape``
     (M, N, K) on stream 7 (both start with the rank) or, ``after``, behind the all-to-all on
     stream 20. ``late_peer``: rank 1 first runs that long on stream 20, so rank 0's collective
-    waits for it. Replayed in roofline mode; returns (rank 0's kernel compute + fetch after the
+    waits for it. ``victim``: the kernel's name. Replayed in roofline mode; returns (rank 0's kernel compute + fetch after the
     replay, before any stretch)."""
     m, n, k = shape
     rows = []
@@ -67,9 +69,9 @@ def _one_gemm(shape: tuple[int, int, int], *, hw: str = "h100", kind: str = "gem
         rows.append(dev(r, 1.0 + late_peer * r, 1.0, stream=20, kind="collective", pg="0",
                         coll_seq=0, coll_op="all_to_all", name="ncclSendRecv"))
         rows.append(dev(r, 1e7 if after else 0.5, 1.0, stream=20 if after else 7, kind=kind,
-                        name="victim"))
+                        name=victim))
     t = table(rows)
-    v = np.array([x == "victim" for x in t.column("name").to_pylist()])
+    v = np.array([x == victim for x in t.column("name").to_pylist()])
     c = np.array([x == "ncclSendRecv" for x in t.column("name").to_pylist()])
     esz = 2.0 if "16" in dtype else 4.0
     flops = 2.0 * m * n * k if kind == "gemm" else float(m * n)
@@ -112,14 +114,10 @@ def test_no_overlap_means_no_slowdown() -> None:
     assert got == base
 
 
-def test_memory_bound_kernel_pays_hbm_contention_on_offloaded_path_too() -> None:
-    # an elementwise kernel (memory-bound) beside the all-to-all on mtia300: no SMs are held
-    # (message engines), but the collective's traffic shares HBM with it
-    spec = load_spec("mtia300")
-    got, base = _one_gemm((8192, 4096, 1), hw="mtia300", kind="elementwise", dtype="float")
-    # expected, by hand: the all-to-all sends (p-1)/p of its 4 GiB and receives as much; its
-    # HBM sees hbm_bytes_per_wire_byte x that over its transfer time, a load u of the
-    # sustained HBM bandwidth; the kernel (fully overlapped, memory-bound) takes 1 + u
+def _all_to_all_load(spec: HardwareSpec) -> float:
+    """By hand: the 4 GiB all-to-all of `_one_gemm` on 2 ranks sends (p-1)/p of its buffer and
+    receives as much; its HBM sees hbm_bytes_per_wire_byte x that over its transfer time, a
+    load u of the sustained HBM bandwidth (peak x hbm.efficiency)."""
     t = table([dev(0, 0.0, 1.0, stream=20, kind="collective", pg="0", coll_seq=0,
                    coll_op="all_to_all")])
     for name, col in (("coll_bytes_in", [2.0 ** 32]), ("coll_bytes_out", [2.0 ** 32]),
@@ -127,8 +125,17 @@ def test_memory_bound_kernel_pays_hbm_contention_on_offloaded_path_too() -> None
         i = t.schema.get_field_index(name)
         t = t.set_column(i, t.schema.field(i), pa.array(col, type=t.schema.field(i).type))
     transfer = float(model_for(spec, mode="roofline").cost(t).collective_us[0])
-    u = (float(spec.value("interference.hbm_bytes_per_wire_byte")) * 2.0 ** 31 / transfer
-         / (float(spec.value("hbm.bandwidth_GBps")) * 1e3 * float(spec.value("hbm.efficiency"))))
+    return (float(spec.value("interference.hbm_bytes_per_wire_byte")) * 2.0 ** 31 / transfer
+            / (float(spec.value("hbm.bandwidth_GBps")) * 1e3 * float(spec.value("hbm.efficiency"))))
+
+
+def test_memory_bound_kernel_pays_hbm_contention_on_offloaded_path_too() -> None:
+    # an elementwise kernel (memory-bound) beside the all-to-all on mtia300: no SMs are held
+    # (message engines), but the collective's traffic shares HBM with it
+    spec = load_spec("mtia300")
+    got, base = _one_gemm((8192, 4096, 1), hw="mtia300", kind="elementwise", dtype="float")
+    # a streaming kernel draws all of HBM (d = 1): fully overlapped, it takes 1 + u
+    u = _all_to_all_load(spec)
     assert 0.05 < u < 1
     assert got == pytest.approx(base * (1 + u), rel=1e-9)
     # a compute-bound GEMM on mtia300 slows by at most the disclosed < 0.5 %
@@ -163,3 +170,42 @@ def test_grouped_search_counts_the_keys_before_each_query(side: Literal["left", 
         want = [int(np.sum((kg < g) | ((kg == g) & ((kv < v) if side == "left" else (kv <= v)))))
                 for g, v in zip(qg, qv)]
         assert I._search(kg, kv, qg, qv, side=side).tolist() == want
+
+
+def _tbe_backward_demand(spec: HardwareSpec) -> float:
+    """By hand: the embedding backward's HBM draw while it fetches, in units of the sustained
+    HBM bandwidth. Its rate per byte: 1 / (1 / (peak x gather_ceiling) + 1 / concurrency)
+    (Little's law, `compute.gather_GBps`); the cached share ``hit`` is served on chip, so HBM
+    sees ``(1 - hit)`` of its bytes over ``hit / cache_bw + (1 - hit) / rate`` per byte."""
+    peak = float(spec.value("hbm.bandwidth_GBps"))
+    rate = 1.0 / (1.0 / (peak * float(spec.value("hbm.gather_ceiling")))
+                  + 1.0 / float(spec.value("hbm.gather_backward_concurrency_GBps")))
+    hit = zipf_hit_ratio(spec)
+    per_byte = hit / float(spec.value("cache.bandwidth_GBps")) + (1.0 - hit) / rate
+    return (1.0 - hit) / per_byte / (peak * float(spec.value("hbm.efficiency")))
+
+
+@pytest.mark.parametrize("hw", ["h100", "mtia300"])
+def test_latency_bound_gather_is_slowed_only_past_hbm_capacity(hw: str) -> None:
+    # the embedding backward reaches ~29% of peak (Little's law): beside the all-to-all the
+    # two together ask less than HBM delivers, so it is not slowed, while a streaming kernel
+    # of the same bytes is slowed by 1 + u as before
+    spec = load_spec(hw)
+    d, u = _tbe_backward_demand(spec), _all_to_all_load(spec)
+    assert 0.2 < d < 0.5 and 0.05 < u and d + u < 1
+    shape = (8192, 4096, 1)
+    got, base = _one_gemm(shape, hw=hw, kind="embedding", dtype="float", victim="tbe_backward")
+    assert got == pytest.approx(base, rel=1e-12)
+    got, base = _one_gemm(shape, hw=hw, kind="elementwise", dtype="float")
+    assert got == pytest.approx(base * (1 + u), rel=1e-9)
+    # a collective moving 4x the HBM bytes per wire byte asks more than the gather leaves:
+    # HBM shared in proportion to demand, the gather's memory time runs d + 4u times longer,
+    # the streaming kernel's 1 + 4u
+    per = 4 * float(spec.value("interference.hbm_bytes_per_wire_byte"))
+    sets = (f"interference.hbm_bytes_per_wire_byte={per}",)
+    got, base = _one_gemm(shape, hw=hw, kind="embedding", dtype="float", victim="tbe_backward",
+                          sets=sets)
+    assert d + 4 * u > 1
+    assert got == pytest.approx(base * (d + 4 * u), rel=1e-9)
+    got, base = _one_gemm(shape, hw=hw, kind="elementwise", dtype="float", sets=sets)
+    assert got == pytest.approx(base * (1 + 4 * u), rel=1e-9)

@@ -104,6 +104,9 @@ class Roofline:
     fetch_us: np.ndarray
     #: memory time ``t_memory`` of each event (its fetch part is the excess over compute)
     memory_us: np.ndarray
+    #: the event's HBM traffic while it fetches, in units of the sustained HBM bandwidth
+    #: (`hbm_demand`): 1 for streaming work, below 1 for latency-bound gathers
+    hbm_demand: np.ndarray
 
     @property
     def total_us(self) -> np.ndarray:
@@ -153,6 +156,23 @@ def gather_us_per_byte(spec: HardwareSpec, hit: np.ndarray | float,
     return np.asarray(hit / cache_bw + (1.0 - np.asarray(hit)) / rate, dtype=float)
 
 
+def hbm_demand(spec: HardwareSpec, kind: np.ndarray, us_per_gather_byte: np.ndarray,
+               hit: np.ndarray | float) -> np.ndarray:
+    """Each event's HBM traffic while it fetches, in units of the sustained HBM bandwidth
+    (peak x ``hbm.efficiency``, the unit of a collective's `interference.hbm_share`).
+
+    Streaming work is priced at that bandwidth, so it demands all of it: 1. An embedding
+    kernel's time per byte is `gather_us_per_byte`: its cached share is served on chip, its
+    uncached share ``1 - hit`` comes from HBM at the rate Little's law leaves it
+    (`gather_GBps`), so its HBM traffic is ``(1 - hit) / us_per_gather_byte`` bytes per us:
+    the TBE backward on H100 SXM demands 983 / 2,680 = 0.37 of the sustained bandwidth and
+    leaves the rest to other traffic. Capped at 1: no kernel draws more than HBM delivers."""
+    stream_bw = float(spec.value("hbm.bandwidth_GBps")) * 1e3 * float(spec.value("hbm.efficiency"))
+    gather = np.divide(1.0 - np.asarray(hit, dtype=float), us_per_gather_byte * stream_bw)
+    demand = np.where(kind == KINDS.index("embedding"), gather, 1.0)
+    return np.asarray(np.clip(demand, 0.0, 1.0), dtype=float)
+
+
 def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: np.ndarray,
              copy_bytes: np.ndarray, peak: np.ndarray, link_copy: np.ndarray,
              hit: np.ndarray | float | None = None,
@@ -183,4 +203,6 @@ def roofline(spec: HardwareSpec, kind: np.ndarray, flops: np.ndarray, bytes_rw: 
     fetch = np.maximum(t_m - t_c, 0.0)
     fetch = np.where(copy, t_copy, np.where(set_, bytes_rw / stream_bw, fetch))
     return Roofline(compute_us=t_c, fetch_us=fetch,
-                    memory_us=np.where(copy | set_, fetch, t_m))
+                    memory_us=np.where(copy | set_, fetch, t_m),
+                    hbm_demand=hbm_demand(spec, kind, np.broadcast_to(us_per_gather_byte,
+                                                                      kind.shape), hit))

@@ -185,11 +185,12 @@ class HardwareModel:
     # -- pricing ---------------------------------------------------------------------------
     def _roofline(self, spec: HardwareSpec, kind, flops, brw, copy_bytes, dtype, link, shard,
                   backward):
-        """Roofline of events with their rank's embedding shard (bytes, NaN: the spec's)."""
+        """Roofline of events with their rank's embedding shard (bytes, NaN: the spec's):
+        compute, fetch and memory time and HBM demand (`compute.hbm_demand`)."""
         hit = _hit_by_shard(spec, shard)
         r = roofline(spec, kind, flops, brw, copy_bytes, peak_flop_per_us(spec, dtype), link, hit,
                      backward)
-        return r.compute_us, r.fetch_us, r.memory_us
+        return r.compute_us, r.fetch_us, r.memory_us, r.hbm_demand
 
     def _source(self, events: pa.Table) -> tuple[HardwareSpec | None, str]:
         """The source spec: the one given to the model, else the one tagged on the events."""
@@ -248,6 +249,7 @@ class HardwareModel:
         shard = table_shard(events)
         sub = np.flatnonzero(work)
         mem_share, src_mem = np.zeros(n), np.zeros(n)
+        demand, src_demand = np.ones(n), np.ones(n)
         if len(sub):
             k, f, b, cb = kind[sub], flops[sub], brw[sub], copy_bytes[sub]
             lk = np.zeros(len(sub), dtype=bool)
@@ -259,7 +261,7 @@ class HardwareModel:
             emb = np.flatnonzero(k == KINDS.index("embedding"))
             if len(emb):
                 bwd[emb] = is_embedding_backward(events.column("name").take(pa.array(sub[emb])))
-            tc, tf, tm = self._roofline(spec, k, f, b, cb, dt, lk, shard[sub], bwd)
+            tc, tf, tm, dm = self._roofline(spec, k, f, b, cb, dt, lk, shard[sub], bwd)
             d = dur[sub]
             data = has_data[sub]
             if source is not None:
@@ -268,8 +270,10 @@ class HardwareModel:
                 pf = np.where(data, f, np.where(gemm, 1.0, 0.0))
                 pb = np.where(data, b, np.where(gemm, 0.0, 1.0))
                 pcb = np.where(data, cb, 1.0)
-                ptc, ptf, ptm = self._roofline(spec, k, pf, pb, pcb, dt, lk, shard[sub], bwd)
-                stc, stf, stm = self._roofline(source, k, pf, pb, pcb, dt, lk, shard[sub], bwd)
+                ptc, ptf, ptm, _ = self._roofline(spec, k, pf, pb, pcb, dt, lk, shard[sub], bwd)
+                stc, stf, stm, sdm = self._roofline(source, k, pf, pb, pcb, dt, lk, shard[sub],
+                                                    bwd)
+                src_demand[sub] = sdm
                 tt, ts = ptc + ptf, stc + stf
                 ratio = np.divide(tt, ts, out=np.ones_like(tt), where=ts > 0)
                 scaled = d * ratio
@@ -287,6 +291,7 @@ class HardwareModel:
             roof_t = tc + tf
             mem_share[sub] = np.where(use_roof, np.divide(tm, roof_t, out=np.zeros_like(tm),
                                                           where=roof_t > 0), sc_m)
+            demand[sub] = dm
             for name in COMPONENTS:
                 getattr(costs, f"{name}_us")[sub] = 0.0
             costs.compute_us[sub] = compute
@@ -294,8 +299,8 @@ class HardwareModel:
 
         comm = self._comm_inputs(events, kind, is_dev, cpu_only)
         if mode == "scaled" and source is not None:
-            self._remove_source_slowdown(events, kind, is_dev, source, src_mem, comm, costs,
-                                         notes)
+            self._remove_source_slowdown(events, kind, is_dev, source, src_mem, src_demand,
+                                         comm, costs, notes)
 
         # kernel-launch calls follow the target's launch overhead when the source is known
         if source is not None:
@@ -307,8 +312,8 @@ class HardwareModel:
                                                    / float(source.value("host.kernel_launch_us")))
 
         coll = self._cost_collectives(events, comm, costs, notes)
-        costs.interference = self.interference(spec, events, kind, is_dev, mem_share, comm,
-                                               coll)
+        costs.interference = self.interference(spec, events, kind, is_dev, mem_share, demand,
+                                               comm, coll)
         notes["overlap_slowdown"] = self.overlap_slowdown()
         notes["interference"] = self._interference_notes(costs.interference)
         known = np.isfinite(shard)
@@ -325,7 +330,8 @@ class HardwareModel:
         return costs
 
     def _remove_source_slowdown(self, events: pa.Table, kind: np.ndarray, is_dev: np.ndarray,
-                                source: HardwareSpec, src_mem: np.ndarray, comm: _Comm | None,
+                                source: HardwareSpec, src_mem: np.ndarray,
+                                src_demand: np.ndarray, comm: _Comm | None,
                                 costs: EventCosts, notes: dict[str, object]) -> None:
         """Scaled compute and fetch carry the source's own interference where a kernel
         overlapped communication in the measured trace (needs the measured schedule: the
@@ -350,7 +356,7 @@ class HardwareModel:
             # the transfer is the end of the measured kernel; before it, the wait for peers
             transfer = _np(events, "dur_us")[comm.idx]
             start[comm.idx] = np.maximum(ts[comm.idx], end[comm.idx] - transfer)
-        inter = self.interference(source, events, kind, is_dev, src_mem, comm, coll)
+        inter = self.interference(source, events, kind, is_dev, src_mem, src_demand, comm, coll)
         c0, f0 = costs.compute_us.copy(), costs.fetch_us.copy()
         rc, rf = np.ones_like(c0), np.ones_like(f0)
         span = end.copy()
@@ -369,7 +375,8 @@ class HardwareModel:
                                                     - costs.fetch_us).sum())
 
     def interference(self, spec: HardwareSpec, events: pa.Table, kind: np.ndarray,
-                     is_dev: np.ndarray, mem_share: np.ndarray, comm: _Comm | None,
+                     is_dev: np.ndarray, mem_share: np.ndarray, demand: np.ndarray,
+                     comm: _Comm | None,
                      coll: coll_mod.CollectiveCost | None) -> inter_mod.Interference:
         """Per-event inputs of ``spec``'s interference model (`replay.hardware.interference`)."""
         n = events.num_rows
@@ -391,7 +398,7 @@ class HardwareModel:
             hbm[i] = inter_mod.hbm_share(spec, wire, coll.collective_us)[comm.known]
         return inter_mod.Interference(
             rank=_np(events, "rank", np.int64), victim=is_dev & kind_mask(kind, *COMPUTE_KINDS),
-            grid=grid, mem_share=mem_share, comm=is_comm, held=held, hbm=hbm, sm_count=sm,
+            grid=grid, mem_share=mem_share, hbm_demand=demand, comm=is_comm, held=held, hbm=hbm, sm_count=sm,
             beta=inter_mod.contention(spec))
 
     @staticmethod
