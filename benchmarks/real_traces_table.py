@@ -1,6 +1,6 @@
-"""One row per real trace (``../shared/traces/real``: HTA's Kineto corpus, the torch CPU traces, a
-pair's baseline): how busy its devices are, how deep its launch queues ran, how its step moves
-when device work is 10x faster, and how well an as-measured replay reproduces it.
+"""One row per real trace (``../shared/traces/real``: HTA's Kineto corpus, the torch CPU traces,
+both runs of each perturbed pair): how busy its devices are, how deep its launch queues ran, how
+its step moves when device work is 10x faster, and how well an as-measured replay reproduces it.
 
 Columns: ``busy`` devices busy (any stream running) over the step wall time, as measured (the
 ``device_time`` analyzer); ``queue max`` the most launches a stream held (the launching call
@@ -48,7 +48,8 @@ TRACES: dict[str, str | None] = {
     "hta/triton_example/triton_example.json.gz": "a100",
     "torch_cpu/dev_tiny_rank0.pt.trace.json.gz": None,
     "torch_cpu/dev_rank2_small_rank*.pt.trace.json.gz": None,
-    "pairs/dp_compute/a": None,
+    **{f"pairs/dp_{pair}/{run}": None for pair in ("compute", "dense", "embedding", "straggler")
+       for run in "ab"},
 }
 
 
